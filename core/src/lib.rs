@@ -13,5 +13,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cooldown;
+pub mod placement;
+pub mod read;
 pub mod rng;
 pub mod time;
