@@ -13,5 +13,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod breaker;
 pub mod rng;
 pub mod time;
