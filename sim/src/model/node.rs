@@ -1,0 +1,209 @@
+//! A modelled storage node: its health, its listener (sessions and limits) and its
+//! upload link.
+
+use std::collections::BTreeMap;
+
+use peerblock_core::time::{Duration, Instant};
+
+use crate::listener::{Admission, Limit};
+use crate::net::Uplink;
+use crate::scenario::Listener;
+
+/// What a node does with traffic that reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Serving normally.
+    Up,
+    /// Crashed: nothing is answered, sessions are gone.
+    Down,
+    /// Accepts dials and requests, never answers a request.
+    Silent,
+}
+
+/// One reader's session at a node.
+#[derive(Debug, Clone, Copy)]
+pub struct Session {
+    /// Source address of the reader.
+    pub source: u32,
+    /// Requests in flight on it.
+    pub requests: u32,
+    /// Last time a request started or finished on it.
+    pub last_used: Instant,
+}
+
+/// A node.
+#[derive(Debug)]
+pub struct Node {
+    /// Behind NAT: readers cannot dial it.
+    pub nat: bool,
+    /// Current health.
+    pub health: Health,
+    /// Cut off from readers by a partition.
+    pub partitioned: bool,
+    /// Serves wrong bytes (a `corrupt` fault): readers' verification must catch it.
+    pub corrupt: bool,
+    /// Bumped on every crash, so work started before it is recognised as lost.
+    pub epoch: u32,
+    /// Full-rate upload bandwidth, bytes per second.
+    pub base_rate: f64,
+    /// Listener counters.
+    pub admission: Admission,
+    /// Sessions by reader.
+    pub sessions: BTreeMap<u32, Session>,
+    /// Upload link.
+    pub uplink: Uplink,
+    /// Bytes of completed responses.
+    pub bytes_served: u64,
+}
+
+impl Node {
+    /// A healthy, idle node.
+    pub fn new(nat: bool, bytes_per_sec: f64, cap: f64, limits: &Listener) -> Self {
+        Node {
+            nat,
+            health: Health::Up,
+            partitioned: false,
+            corrupt: false,
+            epoch: 0,
+            base_rate: bytes_per_sec,
+            admission: Admission::new(limits),
+            sessions: BTreeMap::new(),
+            uplink: Uplink::new(bytes_per_sec, cap),
+            bytes_served: 0,
+        }
+    }
+
+    /// Whether a reader's packets reach the node at all.
+    pub fn reachable(&self) -> bool {
+        !self.nat && !self.partitioned && self.health != Health::Down
+    }
+
+    /// Whether `reader` holds a live session here at `now` (idle sessions expire).
+    pub fn has_session(&self, reader: u32, now: Instant, idle: Duration) -> bool {
+        self.sessions
+            .get(&reader)
+            .is_some_and(|s| s.requests > 0 || s.last_used + idle > now)
+    }
+
+    /// Closes sessions idle for `idle` or longer.
+    pub fn expire_idle(&mut self, now: Instant, idle: Duration) {
+        let expired: Vec<u32> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.requests == 0 && s.last_used + idle <= now)
+            .map(|(&r, _)| r)
+            .collect();
+        for r in expired {
+            if let Some(s) = self.sessions.remove(&r) {
+                self.admission.close_session(s.source);
+            }
+        }
+    }
+
+    /// Opens a session for `reader` from `source`, closing idle sessions first if a limit
+    /// is in the way.
+    pub fn open_session(
+        &mut self,
+        reader: u32,
+        source: u32,
+        now: Instant,
+        idle: Duration,
+    ) -> Result<(), Limit> {
+        if let Some(s) = self.sessions.get(&reader) {
+            if s.requests > 0 || s.last_used + idle > now {
+                return Ok(());
+            }
+            let s = self.sessions.remove(&reader).expect("present");
+            self.admission.close_session(s.source);
+        }
+        if self.admission.can_open(source).is_err() {
+            self.expire_idle(now, idle);
+        }
+        self.admission.open_session(source)?;
+        self.sessions.insert(
+            reader,
+            Session {
+                source,
+                requests: 0,
+                last_used: now,
+            },
+        );
+        Ok(())
+    }
+
+    /// Starts a request on `reader`'s session reserving `bytes`.
+    pub fn begin_request(&mut self, reader: u32, now: Instant, bytes: u64) -> Result<(), Limit> {
+        let Some(s) = self.sessions.get_mut(&reader) else {
+            return Err(Limit::Sessions);
+        };
+        self.admission.begin_request(s.source, s.requests, bytes)?;
+        s.requests += 1;
+        s.last_used = now;
+        Ok(())
+    }
+
+    /// Ends a request started with [`Node::begin_request`].
+    pub fn finish_request(&mut self, reader: u32, now: Instant, bytes: u64) {
+        if let Some(s) = self.sessions.get_mut(&reader) {
+            s.requests = s.requests.saturating_sub(1);
+            s.last_used = now;
+            self.admission.finish_request(s.source, bytes);
+        }
+    }
+
+    /// Closes `reader`'s session if it has nothing in flight (the reader went away).
+    pub fn close_session(&mut self, reader: u32) {
+        if self.sessions.get(&reader).is_some_and(|s| s.requests == 0) {
+            let s = self.sessions.remove(&reader).expect("present");
+            self.admission.close_session(s.source);
+        }
+    }
+
+    /// Crashes the node: sessions, counters and transfers are gone.
+    pub fn crash(&mut self, now: Instant) {
+        self.health = Health::Down;
+        self.epoch = self.epoch.wrapping_add(1);
+        self.sessions.clear();
+        self.admission.reset();
+        let _ = self.uplink.clear(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_sessions_free_their_slot_when_needed() {
+        let limits = Listener {
+            max_sessions: 1,
+            ..Listener::default()
+        };
+        let mut n = Node::new(false, 1e6, f64::INFINITY, &limits);
+        let idle = Duration::from_secs(30);
+        n.open_session(1, 1, Instant::ZERO, idle).unwrap();
+        assert_eq!(
+            n.open_session(2, 2, Instant::from_secs(10), idle),
+            Err(Limit::Sessions)
+        );
+        assert_eq!(n.open_session(2, 2, Instant::from_secs(30), idle), Ok(()));
+        assert!(!n.has_session(1, Instant::from_secs(31), idle));
+    }
+
+    #[test]
+    fn a_busy_session_never_expires() {
+        let limits = Listener {
+            max_sessions: 1,
+            ..Listener::default()
+        };
+        let mut n = Node::new(false, 1e6, f64::INFINITY, &limits);
+        let idle = Duration::from_secs(30);
+        n.open_session(1, 1, Instant::ZERO, idle).unwrap();
+        n.begin_request(1, Instant::ZERO, 10).unwrap();
+        assert_eq!(
+            n.open_session(2, 2, Instant::from_secs(100), idle),
+            Err(Limit::Sessions)
+        );
+        assert!(n.has_session(1, Instant::from_secs(100), idle));
+    }
+}
