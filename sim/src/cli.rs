@@ -237,14 +237,50 @@ pub fn run_once(
         Some(p) if !to_stdout => write_file(p, &(json.clone() + "\n"))?,
         _ => {}
     }
+    let mut compared = String::new();
+    if !scenario.compare.is_empty() && args.seeds.is_none() {
+        let mut rows = Vec::new();
+        for other in &scenario.compare {
+            let path = args
+                .scenario
+                .parent()
+                .unwrap_or(std::path::Path::new("."))
+                .join(other);
+            let s = Scenario::load(&path).map_err(|e| {
+                eprintln!("sim: compare: {e}");
+                2
+            })?;
+            let r = world::run(
+                &s,
+                RunOptions {
+                    seed,
+                    ..RunOptions::default()
+                },
+            );
+            rows.push((s, r));
+        }
+        let main = world::run(
+            scenario,
+            RunOptions {
+                seed,
+                ..RunOptions::default()
+            },
+        );
+        rows.push((scenario.clone(), main));
+        compared = report::comparison(&rows);
+    }
     if to_stdout {
         println!("{json}");
     } else if args.seeds.is_none() {
         print!("{}", report::text(scenario, &result));
+        if !compared.is_empty() {
+            println!();
+            print!("{compared}");
+        }
     }
     if let Some(p) = &args.report {
         let variants = report::policy_variants(scenario, seed, &extra_faults);
-        write_file(p, &report::html(scenario, &result, &variants))?;
+        write_file(p, &report::html(scenario, &result, &variants, &compared))?;
     }
     Ok(result)
 }

@@ -151,6 +151,36 @@ pub fn text(s: &Scenario, r: &RunResult) -> String {
     o
 }
 
+/// The side-by-side table of several arms run with the same seed.
+pub fn comparison(rows: &[(Scenario, RunResult)]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>10}",
+        "arm (same seed)", "downloads", "done", "absent", "busy", "unavail", "busiest", "dl p50"
+    );
+    for (s, r) in rows {
+        let sum = &r.summary;
+        let _ = writeln!(
+            o,
+            "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9.1}s",
+            s.name,
+            format!("{}/{}", sum.downloads.completed, sum.downloads.started),
+            pct(sum.downloads.completed as f64 / sum.downloads.started.max(1) as f64),
+            sum.reads.absent,
+            sum.reads.busy,
+            sum.reads.unavailable,
+            pct(sum.first_read_share.mean_top),
+            sum.download_ms.p50 / 1e3
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  (absent/busy/unavail count block reads; busiest = mean over blocks of the busiest holder's share of first reads)"
+    );
+    o
+}
+
 /// Re-runs the scenario under each spreading policy (same seed and faults) for the
 /// comparison plots.
 pub fn policy_variants(s: &Scenario, seed: u64, extra: &[Fault]) -> Vec<(SpreadPolicy, Metrics)> {
@@ -426,8 +456,14 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// The self-contained HTML report: the text report and four SVG plots.
-pub fn html(s: &Scenario, r: &RunResult, variants: &[(SpreadPolicy, Metrics)]) -> String {
+/// The self-contained HTML report: the text report, the comparison table if any, and four
+/// SVG plots.
+pub fn html(
+    s: &Scenario,
+    r: &RunResult,
+    variants: &[(SpreadPolicy, Metrics)],
+    compared: &str,
+) -> String {
     let mut plots = Vec::new();
     let mut add = |title: &str, f: &dyn Fn(&mut String) -> PlotResult| {
         let mut svg = String::new();
@@ -461,6 +497,13 @@ pub fn html(s: &Scenario, r: &RunResult, variants: &[(SpreadPolicy, Metrics)]) -
         name = escape(&s.name),
         text = escape(&text(s, r))
     );
+    if !compared.is_empty() {
+        let _ = write!(
+            o,
+            "<h2>Arms compared</h2>\n<pre>{}</pre>\n",
+            escape(compared)
+        );
+    }
     for (title, svg) in plots {
         let _ = write!(
             o,

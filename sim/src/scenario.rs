@@ -80,6 +80,9 @@ pub struct Scenario {
     pub sweep: Sweep,
     /// The reference's figures for this arm, printed beside ours (display only).
     pub reference: Reference,
+    /// Other scenario files (paths relative to this one) run with the same seed after this
+    /// one, and printed side by side with it: the A/B table.
+    pub compare: Vec<String>,
 }
 
 impl Default for Scenario {
@@ -98,6 +101,7 @@ impl Default for Scenario {
             faults: Vec::new(),
             sweep: Sweep::default(),
             reference: Reference::default(),
+            compare: Vec::new(),
         }
     }
 }

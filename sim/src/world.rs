@@ -57,6 +57,10 @@ pub struct RunResult {
     pub summary: Summary,
     /// Raw metrics (for reports).
     pub metrics: Metrics,
+    /// The fault timeline as resolved to nodes.
+    pub timeline: Vec<Step>,
+    /// Holders of each block, nearest first (node indices).
+    pub holders: Vec<Vec<u32>>,
 }
 
 /// Maps the scenario's client policy onto the core read machine's configuration.
@@ -1050,6 +1054,10 @@ pub fn run(s: &Scenario, opts: RunOptions) -> RunResult {
     let wall = std::time::Instant::now();
     let trace = Trace::new(opts.trace);
     let world = World::new(s, opts.seed, trace, &opts.extra_faults);
+    let timeline = world.timeline().to_vec();
+    let holders = (0..s.blocks())
+        .map(|b| world.content().holders(b).to_vec())
+        .collect();
     let (metrics, mut trace, end) = world.run(opts.progress);
     let _ = trace.finish();
     let summary = Summary::build(
@@ -1060,5 +1068,10 @@ pub fn run(s: &Scenario, opts: RunOptions) -> RunResult {
         wall.elapsed().as_secs_f64(),
         trace.digest(),
     );
-    RunResult { summary, metrics }
+    RunResult {
+        summary,
+        metrics,
+        timeline,
+        holders,
+    }
 }
