@@ -6,6 +6,7 @@
 //! could not be written.
 
 use std::cell::Cell;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -139,18 +140,22 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
     Ok(out)
 }
 
-/// A progress bar on stderr, shown once a run has taken more than two seconds.
+/// A progress bar on stderr, shown once a run has taken more than two seconds, redrawn at
+/// most four times a second, and only when stderr is a terminal.
 pub fn progress_bar(quiet: bool) -> (Option<Progress>, Rc<Cell<bool>>) {
     let shown = Rc::new(Cell::new(false));
-    if quiet {
+    if quiet || !std::io::stderr().is_terminal() {
         return (None, shown);
     }
     let start = std::time::Instant::now();
     let flag = shown.clone();
+    let mut last = 0.0;
     let bar = move |done: u64, total: u64, sim_secs: f64| {
-        if start.elapsed().as_secs_f64() < 2.0 || total == 0 {
+        let elapsed = start.elapsed().as_secs_f64();
+        if elapsed < 2.0 || total == 0 || elapsed - last < 0.25 {
             return;
         }
+        last = elapsed;
         flag.set(true);
         let width = 30usize;
         let filled = ((done as f64 / total as f64) * width as f64) as usize;

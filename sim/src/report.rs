@@ -283,6 +283,8 @@ fn first_read_share(
         .build_cartesian_2d(-0.5f64..(blocks as f64 - 0.5), 0f64..100f64)?;
     chart
         .configure_mesh()
+        .x_labels(blocks.min(26))
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .x_desc("block")
         .y_desc("share of first GETs (%)")
         .draw()?;
@@ -337,20 +339,15 @@ fn read_cdf(
 ) -> PlotResult {
     let root = SVGBackend::with_string(svg, (900, 420)).into_drawing_area();
     root.fill(&WHITE)?;
-    let xmax = variants
-        .iter()
-        .flat_map(|(_, m)| m.read_ns.iter().copied())
-        .max()
-        .unwrap_or(1) as f64
-        / 1e9
-        * 1.02
-        + 0.01;
+    let all = || variants.iter().flat_map(|(_, m)| m.read_ns.iter().copied());
+    let xmax = all().max().unwrap_or(1) as f64 / 1e9 * 1.05 + 0.01;
+    let xmin = (all().min().unwrap_or(0) as f64 / 1e9 / 1.5).max(0.001);
     let mut chart = ChartBuilder::on(&root)
         .caption("Block read time, CDF", ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d((0.01f64..xmax).log_scale(), 0f64..100f64)?;
+        .build_cartesian_2d((xmin..xmax).log_scale(), 0f64..100f64)?;
     chart
         .configure_mesh()
         .x_desc("read time (s, log scale)")
@@ -365,10 +362,10 @@ fn read_cdf(
             .iter()
             .enumerate()
             .step_by(step)
-            .map(|(i, &ns)| ((ns as f64 / 1e9).max(0.01), 100.0 * (i + 1) as f64 / n))
+            .map(|(i, &ns)| ((ns as f64 / 1e9).max(xmin), 100.0 * (i + 1) as f64 / n))
             .collect();
         if let Some(&last) = v.last() {
-            pts.push(((last as f64 / 1e9).max(0.01), 100.0));
+            pts.push(((last as f64 / 1e9).max(xmin), 100.0));
         }
         let color = policy_color(*p);
         let width = if *p == main { 3 } else { 1 };
@@ -391,8 +388,6 @@ fn read_cdf(
 }
 
 fn outcome_counts(svg: &mut String, m: &Metrics) -> PlotResult {
-    let root = SVGBackend::with_string(svg, (900, 420)).into_drawing_area();
-    root.fill(&WHITE)?;
     let mut bars: Vec<(String, u64, RGBColor)> = vec![
         ("read: found".into(), m.reads_found, PALETTE[2]),
         ("read: absent".into(), m.reads_absent, PALETTE[3]),
@@ -402,47 +397,48 @@ fn outcome_counts(svg: &mut String, m: &Metrics) -> PlotResult {
     for g in GetResult::ALL {
         bars.push((format!("GET: {}", g.as_str()), m.get_count(g), PALETTE[0]));
     }
-    let ymax = bars.iter().map(|b| b.1).max().unwrap_or(1).max(1) as f64 * 1.1;
     let n = bars.len();
+    let root = SVGBackend::with_string(svg, (900, 60 + 32 * n as u32)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let xmax = bars.iter().map(|b| b.1).max().unwrap_or(1).max(1) as f64 * 3.0;
     let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    // Horizontal bars, first category on top.
     let mut chart = ChartBuilder::on(&root)
         .caption("Outcome counts (log scale)", ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(90)
-        .y_label_area_size(70)
-        .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), (0.8f64..ymax).log_scale())?;
+        .x_label_area_size(40)
+        .y_label_area_size(130)
+        .build_cartesian_2d((0.8f64..xmax).log_scale(), -0.5f64..(n as f64 - 0.5))?;
     chart
         .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n)
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
-                labels[i as usize].clone()
+        .disable_y_mesh()
+        .y_labels(n)
+        .y_label_formatter(&|y| {
+            let i = y.round();
+            if (y - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
+                labels[labels.len() - 1 - i as usize].clone()
             } else {
                 String::new()
             }
         })
-        .x_label_style(
-            ("sans-serif", 11)
-                .into_font()
-                .transform(FontTransform::Rotate90),
-        )
-        .y_desc("count")
+        .x_desc("count")
         .draw()?;
+    let row = |i: usize| (n - 1 - i) as f64;
     chart.draw_series(
         bars.iter()
             .enumerate()
             .filter(|(_, b)| b.1 > 0)
             .map(|(i, b)| {
-                let x = i as f64;
-                Rectangle::new([(x - 0.35, 0.8), (x + 0.35, b.1 as f64)], b.2.filled())
+                Rectangle::new(
+                    [(0.8, row(i) - 0.35), (b.1 as f64, row(i) + 0.35)],
+                    b.2.filled(),
+                )
             }),
     )?;
     chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
         Text::new(
             b.1.to_string(),
-            (i as f64 - 0.2, (b.1 as f64).max(1.0) * 1.05),
+            ((b.1 as f64).max(0.8) * 1.1, row(i) + 0.15),
             ("sans-serif", 12).into_font(),
         )
     }))?;

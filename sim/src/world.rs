@@ -830,9 +830,7 @@ impl<'s> World<'s> {
             return; // lost, or accepted and never answered: the client's timeouts decide
         }
         if !holds {
-            if let Some(s) = node.sessions.get_mut(&r) {
-                s.last_used = now;
-            }
+            node.touch(r, now, self.idle);
             self.queue.push(
                 now + ow,
                 Ev::Deliver {
@@ -889,7 +887,7 @@ impl<'s> World<'s> {
             };
             let (r, bytes, reserved) = (get.reader, get.bytes, get.reserved);
             let node = &mut self.nodes[n as usize];
-            node.finish_request(r, now, reserved);
+            node.finish_request(r, now, reserved, self.idle);
             node.bytes_served += bytes;
             let reply = if node.corrupt {
                 Reply::Corrupt
@@ -916,7 +914,7 @@ impl<'s> World<'s> {
             return;
         }
         node.uplink.cancel(self.now, tid(g));
-        node.finish_request(get.reader, self.now, get.reserved);
+        node.finish_request(get.reader, self.now, get.reserved, self.idle);
         self.reschedule_uplink(get.node);
     }
 

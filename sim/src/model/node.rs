@@ -54,6 +54,9 @@ pub struct Node {
     pub uplink: Uplink,
     /// Bytes of completed responses.
     pub bytes_served: u64,
+    /// No idle session can expire before this: sweeps before it are skipped (a lower
+    /// bound, so a sweep may find nothing, never miss anything).
+    next_expiry: Instant,
 }
 
 impl Node {
@@ -70,6 +73,7 @@ impl Node {
             sessions: BTreeMap::new(),
             uplink: Uplink::new(bytes_per_sec, cap),
             bytes_served: 0,
+            next_expiry: Instant::MAX,
         }
     }
 
@@ -87,6 +91,16 @@ impl Node {
 
     /// Closes sessions idle for `idle` or longer.
     pub fn expire_idle(&mut self, now: Instant, idle: Duration) {
+        if now < self.next_expiry {
+            return;
+        }
+        self.next_expiry = self
+            .sessions
+            .values()
+            .filter(|s| s.requests == 0 && s.last_used + idle > now)
+            .map(|s| s.last_used + idle)
+            .min()
+            .unwrap_or(Instant::MAX);
         let expired: Vec<u32> = self
             .sessions
             .iter()
@@ -128,6 +142,7 @@ impl Node {
                 last_used: now,
             },
         );
+        self.next_expiry = self.next_expiry.min(now + idle);
         Ok(())
     }
 
@@ -142,12 +157,22 @@ impl Node {
         Ok(())
     }
 
-    /// Ends a request started with [`Node::begin_request`].
-    pub fn finish_request(&mut self, reader: u32, now: Instant, bytes: u64) {
+    /// Ends a request started with [`Node::begin_request`]; the session may expire
+    /// `idle` after this if nothing else uses it.
+    pub fn finish_request(&mut self, reader: u32, now: Instant, bytes: u64, idle: Duration) {
         if let Some(s) = self.sessions.get_mut(&reader) {
             s.requests = s.requests.saturating_sub(1);
             s.last_used = now;
             self.admission.finish_request(s.source, bytes);
+            self.next_expiry = self.next_expiry.min(now + idle);
+        }
+    }
+
+    /// Marks `reader`'s session used at `now` (a small answer such as a 404).
+    pub fn touch(&mut self, reader: u32, now: Instant, idle: Duration) {
+        if let Some(s) = self.sessions.get_mut(&reader) {
+            s.last_used = now;
+            self.next_expiry = self.next_expiry.min(now + idle);
         }
     }
 
@@ -164,6 +189,7 @@ impl Node {
         self.health = Health::Down;
         self.epoch = self.epoch.wrapping_add(1);
         self.sessions.clear();
+        self.next_expiry = Instant::MAX;
         self.admission.reset();
         let _ = self.uplink.clear(now);
     }
