@@ -34,19 +34,25 @@ fn nearest_first_concentrates_and_spreading_brings_it_to_about_a_seventh() {
 
 #[test]
 fn old_limits_with_silent_listeners_lose_downloads_all_as_false_not_found() {
+    // The old limits put the cluster on a knife edge: a round either completes nearly
+    // entirely or collapses, depending on placement and timing. Over four seeds both old
+    // arms lose a large share, and every lost download is a false "not found".
     for name in [
         "testnet-ab-old-limits-nearest.toml",
         "testnet-ab-old-limits-uniform.toml",
     ] {
-        let s = arm(name);
-        let done = completed(&s);
-        assert!((0.3..0.9).contains(&done), "{name}: completed {done}");
-        // Every failed read is a false absence: none busy, none unavailable.
-        assert!(s.reads.false_absent > 0, "{name}");
-        assert_eq!(s.reads.absent, s.reads.false_absent, "{name}");
-        assert_eq!(s.reads.busy + s.reads.unavailable, 0, "{name}");
-        assert_eq!(s.reads.found + s.reads.absent, s.reads.started, "{name}");
-        assert_eq!(s.refusals, 0, "{name}: silent listeners never refuse");
+        let (mut done, mut started) = (0, 0);
+        for seed in 1..=4 {
+            let s = run(&shipped(name), seed).summary;
+            done += s.downloads.completed;
+            started += s.downloads.started;
+            assert_eq!(s.reads.absent, s.reads.false_absent, "{name} seed {seed}");
+            assert_eq!(s.reads.busy + s.reads.unavailable, 0, "{name} seed {seed}");
+            assert_eq!(s.reads.found + s.reads.absent, s.reads.started, "{name} seed {seed}");
+            assert_eq!(s.refusals, 0, "{name}: silent listeners never refuse");
+        }
+        let share = done as f64 / started as f64;
+        assert!((0.3..0.9).contains(&share), "{name}: completed {share} over seeds 1-4");
     }
 }
 
