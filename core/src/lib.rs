@@ -14,4 +14,5 @@
 #![warn(missing_docs)]
 
 pub mod rng;
+pub mod server;
 pub mod time;
