@@ -681,8 +681,11 @@ mod tests {
         assert!(e.to_string().contains("max_inflight_bytes_per_source"));
         assert!(e.to_string().contains("max_inflight_bytes"));
 
-        let mut c = AdmissionConfig::default();
-        c.max_requests = 8; // 4 sessions x 2 requests = 8: one source could take them all
+        // 4 sessions x 2 requests = 8: one source could take them all.
+        let c = AdmissionConfig {
+            max_requests: 8,
+            ..AdmissionConfig::default()
+        };
         let e = c.validate().unwrap_err();
         assert_eq!(
             e,
