@@ -14,5 +14,6 @@
 #![warn(missing_docs)]
 
 pub mod rng;
+pub mod roster;
 pub mod server;
 pub mod time;
