@@ -24,7 +24,7 @@
 /// parent before its first byte; three such waits already fill the requester's 30 s
 /// request deadline, so a deeper chain could only ever time out. It also stops loops
 /// between nodes whose membership views disagree after at most three extra fetches.
-pub const DEFAULT_MAX_HOP: u64 = 3;
+pub const DEFAULT_MAX_HOP: u32 = 3;
 
 /// Default [`RelayConfig::max_block_index`]: the largest index whose byte offset fits in a
 /// signed 64-bit range for blocks of up to [`MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX`] bytes.
@@ -43,7 +43,7 @@ pub const MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX: u64 = 64 * 1024 * 1024;
 pub struct RelayConfig {
     /// Requests whose `X-DART-Hop` is at or past this are declined instead of relayed.
     /// Default [`DEFAULT_MAX_HOP`].
-    pub max_hop: u64,
+    pub max_hop: u32,
     /// Block indices above this are declined before any access. Default
     /// [`DEFAULT_MAX_BLOCK_INDEX`].
     pub max_block_index: u64,
@@ -104,9 +104,9 @@ pub enum Decline {
     #[error("hop {hop} is at or past the relay bound {max_hop}")]
     HopBound {
         /// The request's `X-DART-Hop`.
-        hop: u64,
+        hop: u32,
         /// The configured bound.
-        max_hop: u64,
+        max_hop: u32,
     },
 }
 
@@ -133,7 +133,7 @@ pub fn screen(
 
 /// Step 2, after a local miss of a request carrying `X-DART-Origin`: relay with the
 /// returned hop (one higher), or decline at or past the bound.
-pub fn on_miss(config: &RelayConfig, hop: u64) -> Result<u64, Decline> {
+pub fn on_miss(config: &RelayConfig, hop: u32) -> Result<u32, Decline> {
     if hop >= config.max_hop {
         return Err(Decline::HopBound {
             hop,
@@ -161,7 +161,7 @@ mod tests {
             on_miss(&c, DEFAULT_MAX_HOP),
             Err(Decline::HopBound { .. })
         ));
-        assert!(on_miss(&c, u64::MAX).is_err(), "no overflow at the top");
+        assert!(on_miss(&c, u32::MAX).is_err(), "no overflow at the top");
     }
 
     #[test]
