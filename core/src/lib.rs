@@ -13,5 +13,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod http;
 pub mod rng;
 pub mod time;
+pub mod wire;
