@@ -14,7 +14,9 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod http;
 pub mod rng;
 pub mod roster;
 pub mod server;
 pub mod time;
+pub mod wire;
