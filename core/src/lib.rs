@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod http;
+pub mod pair;
 pub mod rng;
 pub mod roster;
 pub mod server;

@@ -1,13 +1,17 @@
 //! The client side of a peer exchange: one request to one peer.
 //!
 //! The driver dials, moves bytes and runs timers; this module decides when to give up
-//! ([`deadlines`]) and what the ending means for the breaker and the cooldown table
-//! ([`outcome`]).
+//! ([`deadlines`]), reads and classifies the response ([`exchange`]), and says what the
+//! ending means for the breaker and the cooldown table ([`outcome`]).
 
 pub mod deadlines;
+pub mod exchange;
 pub mod outcome;
 
 pub use deadlines::{DeadlineError, Deadlines, RequestTimeout, Timer, TimerTable};
+pub use exchange::{
+    BlockRequest, Caller, ClientEvent, Connection, Exchange, ExchangeRequest, Link, RequestKind,
+};
 pub use outcome::{
     BreakerOutcome, BreakerPath, Classification, ConnectionFate, CooldownEntry, Ending,
     ExchangeError, ExchangeOutcome, LengthError, PeerRefusal, ProtocolError, RosterAnswer,

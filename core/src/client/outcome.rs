@@ -36,6 +36,8 @@
 
 use bytes::Bytes;
 
+pub use crate::http::LengthError;
+
 use crate::roster::{Roster, RosterError};
 use crate::server::RefusalReason;
 use crate::time::Duration;
@@ -84,40 +86,6 @@ pub struct PeerRefusal {
     pub reason: Option<RefusalReason>,
     /// The advertised wait, bounded by configuration.
     pub retry_after: Option<Duration>,
-}
-
-/// Which way a body's length was wrong. Always the peer's fault.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum LengthError {
-    /// `Content-Length` announced more than the caller expects; the body was not read.
-    #[error("Content-Length {advertised} exceeds the expected {expected} bytes")]
-    AdvertisedTooLong {
-        /// The announced length.
-        advertised: u64,
-        /// The expected length.
-        expected: u64,
-    },
-    /// `Content-Length` (or a complete chunked body) is shorter than expected.
-    #[error("body of {got} bytes is shorter than the expected {expected}")]
-    Short {
-        /// Bytes the body has.
-        got: u64,
-        /// The expected length.
-        expected: u64,
-    },
-    /// A body without a usable length kept going past the expected length (detected at
-    /// expected + 1 bytes, never later).
-    #[error("body exceeds the expected {expected} bytes")]
-    Oversized {
-        /// The expected length.
-        expected: u64,
-    },
-    /// An unbounded read (no expected length) exceeded the hard body cap.
-    #[error("body exceeds the {cap}-byte cap")]
-    OverCap {
-        /// The cap that was hit.
-        cap: u64,
-    },
 }
 
 /// A response that is not the wire form. The peer's fault.
@@ -245,8 +213,9 @@ impl Ending {
 /// Whether the connection an exchange used can carry another request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConnectionFate {
-    /// Keep-alive response, body read exactly to its end, nothing left unread: return the
-    /// connection to the pool.
+    /// Keep-alive response, body read exactly to its end, nothing left unread: take the
+    /// connection with `Exchange::take_connection` and pool it (the next exchange starts
+    /// with `Link::Pooled`).
     Reuse,
     /// Close it (the peer asked to, the body was not read to its end, the exchange
     /// failed or was cancelled mid-response, or no connection was ever made).
@@ -349,7 +318,7 @@ mod tests {
     #[test]
     fn length_validation_and_protocol_errors_are_hard() {
         for e in [
-            ExchangeError::Length(LengthError::Oversized { expected: 1 }),
+            ExchangeError::Length(LengthError::Long { limit: 1 }),
             ExchangeError::Validation,
             ExchangeError::Protocol(ProtocolError::Http("bad".into())),
         ] {
