@@ -15,6 +15,6 @@ pub use admission::{
 };
 pub use connection::{
     encode_refusal, Accept, RequestId, RosterCaller, ServerConfig, ServerConnection, ServerEvent,
-    ServerUsageError, SourceRequest, SourceResult, Transmit,
+    ServerUsageError, SourceRequest, SourceResult, Transmit, DEFAULT_IDLE_TIMEOUT,
 };
 pub use relay::{Decline, OriginIdentity, RelayConfig, TrustOrigin};
