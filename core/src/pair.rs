@@ -262,7 +262,7 @@ impl<B: BlockSource> Pair<B> {
     pub fn start(&mut self, request: ExchangeRequest<'_>) -> Result<(), EncodeError> {
         self.outcome = None;
         let link = match self.pooled.take() {
-            Some(c) if !self.server_closed && self.server.is_some() || self.script.is_some() => {
+            Some(c) if !self.server_closed && (self.server.is_some() || self.script.is_some()) => {
                 Link::Pooled(c)
             }
             _ => {

@@ -600,3 +600,45 @@ fn roster_fetch_takes_the_roster_breaker_path() {
     assert_eq!(out.path, BreakerPath::Roster);
     assert!(matches!(out.ending, Ending::Roster(_)));
 }
+
+fn done(ex: &mut Exchange) -> peerblock_core::client::ExchangeOutcome {
+    match ex.poll_event() {
+        Some(ClientEvent::Done(out)) => out,
+        other => panic!("expected an outcome, got {other:?}"),
+    }
+}
+
+#[test]
+fn pooled_connection_closed_before_any_response_byte_asks_for_a_fresh_retry() {
+    let config = ClientConfig::default();
+    let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    ex.handle_input(
+        Instant::ZERO,
+        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+    );
+    let out = done(&mut ex);
+    assert_eq!(out.connection, ConnectionFate::Reuse);
+    assert!(!out.retry_fresh);
+    let conn = ex.take_connection().expect("reusable");
+    assert_eq!(conn.exchanges(), 1);
+    assert!(ex.take_connection().is_none(), "handed out once");
+
+    // The peer retired the idle connection just as we reused it.
+    let mut ex = Exchange::new(Instant::ZERO, &config, get(2), Link::Pooled(conn)).unwrap();
+    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    ex.handle_eof(Instant::ZERO);
+    let out = done(&mut ex);
+    assert!(matches!(out.ending, Ending::Failed(ExchangeError::Closed)));
+    assert!(out.retry_fresh);
+
+    // Control: on a fresh connection the same ending is an ordinary soft failure.
+    let mut ex = Exchange::new(Instant::ZERO, &config, get(3), Link::Dial).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    ex.handle_eof(Instant::ZERO);
+    let out = done(&mut ex);
+    assert!(!out.retry_fresh);
+    assert_eq!(out.breaker, BreakerOutcome::SoftFailure);
+}

@@ -232,6 +232,10 @@ pub struct Exchange {
     connection: Option<Connection>,
     head: Option<ResponseHead>,
     event: Option<ClientEvent>,
+    /// Started on a pooled connection.
+    pooled: bool,
+    /// Any response byte arrived.
+    received: bool,
 }
 
 impl Exchange {
@@ -287,6 +291,7 @@ impl Exchange {
         if let Some(at) = request.caller_deadline {
             timers.set(Timer::Caller, at);
         }
+        let pooled = matches!(link, Link::Pooled(_));
         let (state, connection) = match link {
             Link::Dial => {
                 timers.set(Timer::Dial, now + config.deadlines.dial);
@@ -306,6 +311,8 @@ impl Exchange {
             connection,
             head: None,
             event: None,
+            pooled,
+            received: false,
         };
         // A deadline already in the past (a caller deadline before now) ends it at once.
         exchange.handle_timeout(now);
@@ -390,6 +397,7 @@ impl Exchange {
             return data.len();
         }
         let taken = conn.decoder.feed(data);
+        self.received |= taken > 0;
         self.drive();
         taken
     }
@@ -590,9 +598,12 @@ impl Exchange {
                 ConnectionFate::Close
             }
         };
-        self.event = Some(ClientEvent::Done(ExchangeOutcome::new(
-            ending, self.path, fate,
-        )));
+        let retry_fresh = self.pooled
+            && !self.received
+            && matches!(ending, Ending::Failed(ExchangeError::Closed));
+        let mut outcome = ExchangeOutcome::new(ending, self.path, fate);
+        outcome.retry_fresh = retry_fresh;
+        self.event = Some(ClientEvent::Done(outcome));
     }
 }
 

@@ -235,6 +235,12 @@ pub struct ExchangeOutcome {
     pub path: BreakerPath,
     /// What to do with the connection.
     pub connection: ConnectionFate,
+    /// The peer closed a pooled connection before a single response byte arrived: it had
+    /// most likely retired the idle connection just as we reused it, so the request never
+    /// reached it. Drivers retry once on a fresh connection instead of recording this
+    /// outcome (as HTTP clients do for idempotent requests); if they do record it, it is
+    /// the soft failure `breaker` says.
+    pub retry_fresh: bool,
 }
 
 impl ExchangeOutcome {
@@ -247,6 +253,7 @@ impl ExchangeOutcome {
             cooldown,
             path,
             connection,
+            retry_fresh: false,
         }
     }
 }

@@ -10,7 +10,7 @@ use core::net::IpAddr;
 use super::admission::{Admission, Refusal, RequestTicket, SessionTicket};
 use super::relay::{self, OriginIdentity, RelayConfig, TrustOrigin};
 use crate::http::{OutgoingResponse, Request, RequestDecoder, ResponseKind, Route};
-use crate::roster::{check_identity, Roster};
+use crate::roster::{check_identity, Roster, MAX_ADDR_LEN, MAX_ID_LEN};
 use crate::time::{Duration, Instant};
 use crate::wire::{BlockPath, Hop, Status};
 
@@ -50,6 +50,33 @@ impl ServerConfig {
             identity: Arc::new(TrustOrigin),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
+    }
+}
+
+impl ServerConfig {
+    /// Checks the configuration; drivers call this once at startup. (A connection never
+    /// fails on a bad configuration: an unsendable node id is left out of the headers.)
+    pub fn validate(&self) -> Result<(), ServerConfigError> {
+        let fields = [
+            ("node_id", &self.node_id, MAX_ID_LEN),
+            ("advertised_addr", &self.advertised_addr, MAX_ADDR_LEN),
+        ];
+        for (field, value, max) in fields {
+            let problem = if value.is_empty() {
+                "empty"
+            } else if value.len() > max {
+                "too long"
+            } else if !value.bytes().all(|b| b.is_ascii_graphic()) {
+                "not a visible-ASCII header value"
+            } else {
+                continue;
+            };
+            return Err(ServerConfigError::Identity { field, problem });
+        }
+        if self.idle_timeout.is_zero() {
+            return Err(ServerConfigError::ZeroIdleTimeout);
+        }
+        Ok(())
     }
 }
 
@@ -155,9 +182,23 @@ pub enum ServerUsageError {
     /// The id names no request waiting for this kind of answer.
     #[error("no request {0:?} is waiting for this answer")]
     UnknownRequest(RequestId),
-    /// The connection was already closed.
-    #[error("the connection is closed")]
-    Closed,
+}
+
+/// A server configuration that cannot work. Local misconfiguration, named by field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ServerConfigError {
+    /// `node_id` or `advertised_addr` is empty, too long for a roster entry, or not
+    /// sendable as a header value.
+    #[error("server `{field}` is unusable: {problem}")]
+    Identity {
+        /// The offending field.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// An idle timeout of zero would close every connection at accept.
+    #[error("server `idle_timeout` is zero: every connection would close at once")]
+    ZeroIdleTimeout,
 }
 
 /// The outcome of [`ServerConnection::accept`].
@@ -186,18 +227,17 @@ pub fn encode_refusal(refusal: &Refusal, node: Option<&str>, out: &mut BytesMut)
         },
         node,
     );
-    encode_into(&response, node, out);
+    encode_into(&response, out);
     out.extend_from_slice(response.kind.error_body());
 }
 
-/// Encodes a head; a node id that cannot be sent is dropped rather than failing the
-/// response (the config is validated at accept, so this is defensive only).
-fn encode_into(response: &OutgoingResponse<'_>, node: Option<&str>, out: &mut BytesMut) {
+/// Encodes a head. A node id that cannot be sent as a header value (see
+/// [`ServerConfig::validate`]) is dropped rather than failing the response: every other
+/// value in our responses is produced by this module and always valid.
+fn encode_into(response: &OutgoingResponse<'_>, out: &mut BytesMut) {
     if response.encode(out).is_err() {
         let mut plain = *response;
         plain.node = None;
-        let _ = node;
-        // Without the node header the remaining values are ours and always valid.
         let _ = plain.encode(out);
     }
 }
@@ -494,7 +534,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
         } else {
             response.error_body()
         };
-        encode_into(&response, Some(&self.config.node_id), &mut self.head_buf);
+        encode_into(&response, &mut self.head_buf);
         Transmit {
             head: self.head_buf.split().freeze(),
             body,
@@ -715,5 +755,50 @@ fn kind_for_status(status: Status) -> ResponseKind<'static> {
         Status::HttpVersionNotSupported => ResponseKind::HttpVersionNotSupported,
         Status::InternalServerError => ResponseKind::InternalServerError,
         _ => ResponseKind::BadRequest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_validation_names_the_field() {
+        assert_eq!(ServerConfig::new("n", "h:1").validate(), Ok(()));
+        let e = ServerConfig::new("", "h:1").validate().unwrap_err();
+        assert_eq!(
+            e,
+            ServerConfigError::Identity {
+                field: "node_id",
+                problem: "empty"
+            }
+        );
+        let e = ServerConfig::new("n\r\nX: y", "h:1")
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("node_id"));
+        let e = ServerConfig::new("n", "a".repeat(MAX_ADDR_LEN + 1))
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("advertised_addr"));
+        let mut c = ServerConfig::new("n", "h:1");
+        c.idle_timeout = Duration::ZERO;
+        assert_eq!(c.validate(), Err(ServerConfigError::ZeroIdleTimeout));
+    }
+
+    #[test]
+    fn unsendable_node_id_is_left_out_rather_than_failing_the_response() {
+        let mut out = BytesMut::new();
+        encode_refusal(
+            &Refusal {
+                reason: super::super::RefusalReason::Sessions,
+                retry_after: Duration::from_secs(1),
+            },
+            Some("bad\r\nid"),
+            &mut out,
+        );
+        let text = core::str::from_utf8(&out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 503 "));
+        assert!(!text.contains("bad"));
     }
 }
