@@ -116,7 +116,7 @@ proptest! {
                     }
                 }
                 Op::Wait(s) => {
-                    now = now + Duration::from_secs(s);
+                    now += Duration::from_secs(s);
                     for c in &mut conns {
                         c.machine.handle_timeout(now);
                         if let Some(t) = c.machine.poll_timeout() {
