@@ -50,7 +50,11 @@ fn steady_state_admit_and_record_do_not_allocate() {
     // Warm up: every peer tracked, a few of them sick.
     for (i, p) in peers.iter().enumerate() {
         let permit = b.admit(now, p).unwrap();
-        let outcome = if i % 64 == 0 { Outcome::HardFailure } else { Outcome::Answered };
+        let outcome = if i % 64 == 0 {
+            Outcome::HardFailure
+        } else {
+            Outcome::Answered
+        };
         b.record(now, permit, outcome);
     }
     assert_eq!(b.len(), 4096);

@@ -11,7 +11,9 @@
 //! * a stale permit changes nothing (states, eviction order);
 //! * observers never change eviction order.
 
-use peerblock_core::breaker::{Breaker, BreakerConfig, Outcome, Permit, PermitKind, Recorded, State};
+use peerblock_core::breaker::{
+    Breaker, BreakerConfig, Outcome, Permit, PermitKind, Recorded, State,
+};
 use peerblock_core::time::{Duration, Instant};
 use proptest::prelude::*;
 
@@ -56,7 +58,11 @@ fn op() -> impl Strategy<Value = Op> {
 enum MPhase {
     Closed(u32),
     Open(Instant),
-    Half { in_flight: u32, succeeded: u32, lease: Instant },
+    Half {
+        in_flight: u32,
+        succeeded: u32,
+        lease: Instant,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -99,9 +105,15 @@ impl Model {
         loop {
             match e.phase {
                 MPhase::Open(until) if now >= until => {
-                    e.phase = MPhase::Half { in_flight: 0, succeeded: 0, lease: Instant::ZERO }
+                    e.phase = MPhase::Half {
+                        in_flight: 0,
+                        succeeded: 0,
+                        lease: Instant::ZERO,
+                    }
                 }
-                MPhase::Half { in_flight, lease, .. } if in_flight > 0 && now >= lease => {
+                MPhase::Half {
+                    in_flight, lease, ..
+                } if in_flight > 0 && now >= lease => {
                     e.generation += 1;
                     e.phase = MPhase::Open(lease + COOLDOWN);
                 }
@@ -128,9 +140,11 @@ impl Model {
         match self.view(now, k).map(|e| e.phase) {
             None | Some(MPhase::Closed(_)) => true,
             Some(MPhase::Open(_)) => false,
-            Some(MPhase::Half { in_flight, succeeded, .. }) => {
-                succeeded == 0 && in_flight < self.probes
-            }
+            Some(MPhase::Half {
+                in_flight,
+                succeeded,
+                ..
+            }) => succeeded == 0 && in_flight < self.probes,
         }
     }
 
@@ -193,7 +207,11 @@ impl Model {
         let via = match &mut e.phase {
             MPhase::Closed(_) => Some(Via::Data),
             MPhase::Open(_) => None,
-            MPhase::Half { in_flight, succeeded, lease } => {
+            MPhase::Half {
+                in_flight,
+                succeeded,
+                lease,
+            } => {
                 if *succeeded == 0 && *in_flight < probes {
                     *in_flight += 1;
                     *lease = now + LEASE;
@@ -203,7 +221,12 @@ impl Model {
                 }
             }
         };
-        let permit = via.map(|via| MPermit { key: k, uid: e.uid, generation: e.generation, via });
+        let permit = via.map(|via| MPermit {
+            key: k,
+            uid: e.uid,
+            generation: e.generation,
+            via,
+        });
         self.touch(k);
         permit
     }
@@ -212,13 +235,20 @@ impl Model {
         self.ensure(k);
         let e = self.entries[k as usize].as_mut().unwrap();
         Self::settle(e, now);
-        let p = MPermit { key: k, uid: e.uid, generation: e.generation, via: Via::Roster };
+        let p = MPermit {
+            key: k,
+            uid: e.uid,
+            generation: e.generation,
+            via: Via::Roster,
+        };
         self.touch(k);
         p
     }
 
     fn record(&mut self, now: Instant, p: &MPermit, o: Outcome) -> bool {
-        let Some(e) = self.entries[p.key as usize].as_mut() else { return false };
+        let Some(e) = self.entries[p.key as usize].as_mut() else {
+            return false;
+        };
         if e.uid != p.uid {
             return false;
         }
@@ -260,7 +290,14 @@ impl Model {
                 close(e)
             }
             (MPhase::Open(_), _) => {}
-            (MPhase::Half { in_flight, succeeded, lease }, o) => {
+            (
+                MPhase::Half {
+                    in_flight,
+                    succeeded,
+                    lease,
+                },
+                o,
+            ) => {
                 let probe = via == Via::Probe
                     || (via == Via::Unscoped && (in_flight > 0 || o != Outcome::Answered));
                 if !probe {
@@ -275,7 +312,11 @@ impl Model {
                     if in_flight == 0 {
                         close(e);
                     } else {
-                        e.phase = MPhase::Half { in_flight, succeeded: succeeded + 1, lease };
+                        e.phase = MPhase::Half {
+                            in_flight,
+                            succeeded: succeeded + 1,
+                            lease,
+                        };
                     }
                 } else {
                     open(e);
@@ -304,7 +345,10 @@ fn check_agree(b: &Breaker<u8>, m: &Model, now: Instant) {
         assert_eq!(b.healthy(now, &k), m.healthy(now, k), "health of {k}");
         assert_eq!(b.is_tracked(&k), m.entries[k as usize].is_some());
         if let Some(MPhase::Half { in_flight, .. }) = m.view(now, k).map(|e| e.phase) {
-            assert!(in_flight <= m.probes, "half-open admitted past the probe count");
+            assert!(
+                in_flight <= m.probes,
+                "half-open admitted past the probe count"
+            );
         }
     }
 }
@@ -387,8 +431,17 @@ fn run(threshold: u32, probes: u32, cap: usize, ops: Vec<Op>) {
             Op::Advance(d) => now += Duration::from_millis(d),
             Op::Observe(k) => {
                 let before = b.eviction_order();
-                let _ = (b.state(now, &k), b.healthy(now, &k), b.open_count(), b.len());
-                assert_eq!(b.eviction_order(), before, "an observer changed eviction order");
+                let _ = (
+                    b.state(now, &k),
+                    b.healthy(now, &k),
+                    b.open_count(),
+                    b.len(),
+                );
+                assert_eq!(
+                    b.eviction_order(),
+                    before,
+                    "an observer changed eviction order"
+                );
             }
         }
         check_agree(&b, &m, now);

@@ -78,7 +78,10 @@ fn half_open_after_cooldown_admits_one_probe_and_its_success_closes() {
     assert_eq!(busy.state, State::HalfOpen);
     assert_eq!(busy.retry_after, None);
     assert!(!b.healthy(ms(5_001), &"a"), "the only probe slot is taken");
-    assert_eq!(b.record(ms(5_010), probe, Outcome::Answered), Recorded::Applied);
+    assert_eq!(
+        b.record(ms(5_010), probe, Outcome::Answered),
+        Recorded::Applied
+    );
     assert_eq!(b.state(ms(5_010), &"a"), State::Closed);
     assert_eq!(b.open_count(), 0);
     assert_eq!(b.admit(ms(5_011), &"a").unwrap().kind(), PermitKind::Data);
@@ -131,7 +134,10 @@ fn clean_entries_are_swept_past_the_cap_and_dirty_ones_kept() {
         assert!(b.len() <= 8);
     }
     for d in dirty {
-        assert!(b.is_tracked(&d), "{d} carries failure state and must be kept");
+        assert!(
+            b.is_tracked(&d),
+            "{d} carries failure state and must be kept"
+        );
     }
     assert_eq!(b.len(), 8);
 }
@@ -179,7 +185,11 @@ fn eviction_drops_the_least_recently_active_entry_and_observers_do_not_stamp() {
     assert_eq!(b.eviction_order(), vec!["b", "c", "a"]);
     b.record_hard_failure(ms(5), &"d");
     assert!(!b.is_tracked(&"b"), "stalest entry evicted");
-    assert_eq!(b.state(ms(5), &"a"), State::Open, "active sick peer keeps its circuit");
+    assert_eq!(
+        b.state(ms(5), &"a"),
+        State::Open,
+        "active sick peer keeps its circuit"
+    );
     assert_eq!(b.len(), 3);
     assert_eq!(b.open_count(), 3);
 }
@@ -191,7 +201,11 @@ fn a_caller_cancelled_request_is_recorded_answered_not_charged_to_the_peer() {
     let p = b.admit(ms(0), &"a").unwrap();
     b.release(ms(0), p);
     soft_failures(&mut b, ms(0), "a", 4);
-    assert_eq!(b.state(ms(0), &"a"), State::Closed, "cancel reset the count");
+    assert_eq!(
+        b.state(ms(0), &"a"),
+        State::Closed,
+        "cancel reset the count"
+    );
     // A released half-open probe frees its slot (answered: the circuit closes).
     soft_failures(&mut b, ms(0), "a", 1);
     let probe = b.admit(ms(5_000), &"a").unwrap();
@@ -215,7 +229,12 @@ fn defaults_are_reference_values_and_states_print_their_names() {
     let b = breaker();
     let c = b.config();
     assert_eq!(
-        (c.failure_threshold, c.cooldown, c.half_open_probes, c.max_peers),
+        (
+            c.failure_threshold,
+            c.cooldown,
+            c.half_open_probes,
+            c.max_peers
+        ),
         (5, Duration::from_secs(5), 1, 4096)
     );
     assert_eq!(State::Closed.to_string(), "closed");
@@ -255,7 +274,10 @@ fn one_hard_failure_opens_at_once() {
     let p = b.admit(ms(0), &"a").unwrap();
     b.record(ms(0), p, Outcome::HardFailure);
     assert_eq!(b.state(ms(0), &"a"), State::Open);
-    assert!(b.admit(ms(1), &"a").is_err(), "routed around after one attempt");
+    assert!(
+        b.admit(ms(1), &"a").is_err(),
+        "routed around after one attempt"
+    );
 }
 
 #[test]
@@ -282,8 +304,14 @@ fn a_late_success_cannot_clear_quarantine_or_take_a_newer_probe_slot() {
     let old_roster = b.admit_roster(ms(0), &"a");
     let old_probe_candidate = b.admit(ms(0), &"a").unwrap();
     open(&mut b, ms(1), "a"); // a sibling's protocol violation
-    assert_eq!(b.record(ms(2), old_data, Outcome::Answered), Recorded::Stale);
-    assert_eq!(b.record(ms(2), old_roster, Outcome::Answered), Recorded::Stale);
+    assert_eq!(
+        b.record(ms(2), old_data, Outcome::Answered),
+        Recorded::Stale
+    );
+    assert_eq!(
+        b.record(ms(2), old_roster, Outcome::Answered),
+        Recorded::Stale
+    );
     assert_eq!(b.state(ms(2), &"a"), State::Open, "quarantine holds");
     // Half-open: the probe holds the slot; an old success cannot settle it.
     let probe = b.admit(ms(5_001), &"a").unwrap();
@@ -292,7 +320,10 @@ fn a_late_success_cannot_clear_quarantine_or_take_a_newer_probe_slot() {
         Recorded::Stale
     );
     assert_eq!(b.state(ms(5_002), &"a"), State::HalfOpen);
-    assert!(b.admit(ms(5_002), &"a").is_err(), "slot still held by the probe");
+    assert!(
+        b.admit(ms(5_002), &"a").is_err(),
+        "slot still held by the probe"
+    );
     b.record(ms(5_003), probe, Outcome::HardFailure);
     assert_eq!(b.state(ms(5_003), &"a"), State::Open);
 }
@@ -305,7 +336,10 @@ fn a_late_failure_cannot_undo_a_recovery() {
     let probe = b.admit(ms(5_001), &"a").unwrap();
     b.record(ms(5_002), probe, Outcome::Answered);
     assert_eq!(b.state(ms(5_002), &"a"), State::Closed);
-    assert_eq!(b.record(ms(5_003), old, Outcome::HardFailure), Recorded::Stale);
+    assert_eq!(
+        b.record(ms(5_003), old, Outcome::HardFailure),
+        Recorded::Stale
+    );
     assert_eq!(b.state(ms(5_003), &"a"), State::Closed);
 }
 
@@ -337,14 +371,21 @@ fn a_roster_success_cannot_consume_or_override_a_data_probe() {
     let roster = b.admit_roster(ms(5_000), &"a");
     let probe = b.admit(ms(5_000), &"a").unwrap();
     assert_eq!(probe.kind(), PermitKind::Probe);
-    assert_eq!(b.record(ms(5_001), roster, Outcome::Answered), Recorded::Applied);
+    assert_eq!(
+        b.record(ms(5_001), roster, Outcome::Answered),
+        Recorded::Applied
+    );
     assert_eq!(
         b.state(ms(5_001), &"a"),
         State::HalfOpen,
         "the probe's pending outcome decides"
     );
     b.record(ms(5_002), probe, Outcome::SoftFailure);
-    assert_eq!(b.state(ms(5_002), &"a"), State::Open, "probe failure not hidden");
+    assert_eq!(
+        b.state(ms(5_002), &"a"),
+        State::Open,
+        "probe failure not hidden"
+    );
 }
 
 #[test]
@@ -396,7 +437,10 @@ fn a_dropped_probe_permit_holds_its_slot_only_until_the_probe_lease_expires() {
     open(&mut b, ms(0), "a");
     let leaked = b.admit(ms(5_000), &"a").unwrap();
     drop(leaked);
-    assert!(b.admit(ms(64_999), &"a").is_err(), "slot held during the lease");
+    assert!(
+        b.admit(ms(64_999), &"a").is_err(),
+        "slot held during the lease"
+    );
     // At 65 s the round counts as failed, reopened as of the lease end.
     assert_eq!(b.state(ms(65_000), &"a"), State::Open);
     assert_eq!(b.state(ms(69_999), &"a"), State::Open);
@@ -424,7 +468,11 @@ fn unscoped_api_counts_against_the_current_circuit() {
     b.record_hard_failure(ms(6_000), &"a");
     assert!(b.allow(ms(11_000), &"a"));
     b.record_hard_failure(ms(11_001), &"a");
-    assert_eq!(b.state(ms(16_000), &"a"), State::Open, "failed probe restamped");
+    assert_eq!(
+        b.state(ms(16_000), &"a"),
+        State::Open,
+        "failed probe restamped"
+    );
 }
 
 #[test]
@@ -445,7 +493,11 @@ fn max_open_share_holds_circuits_closed_past_the_share_but_always_allows_one() {
     b.record_hard_failure(ms(1), &1);
     b.record_hard_failure(ms(1), &2);
     assert_eq!(b.state(ms(1), &1), State::Open);
-    assert_eq!(b.state(ms(1), &2), State::Closed, "held closed by the share cap");
+    assert_eq!(
+        b.state(ms(1), &2),
+        State::Closed,
+        "held closed by the share cap"
+    );
     assert_eq!(b.open_count(), 2);
     // Budget stays spent: once the share allows it, the next failure opens.
     let p = b.admit(ms(1), &0).unwrap_err();
@@ -476,7 +528,10 @@ fn backoff_grows_the_cooldown_for_a_peer_that_keeps_failing_probes_and_is_capped
         cooldowns
     };
     let plain = run(None);
-    assert!(plain.iter().all(|d| *d == Duration::from_secs(5)), "{plain:?}");
+    assert!(
+        plain.iter().all(|d| *d == Duration::from_secs(5)),
+        "{plain:?}"
+    );
     let backoff = Some(Backoff {
         max_cooldown: Duration::from_secs(60),
         seed: 7,
@@ -485,6 +540,9 @@ fn backoff_grows_the_cooldown_for_a_peer_that_keeps_failing_probes_and_is_capped
     assert_eq!(grown[0], Duration::from_secs(5), "first open uses the base");
     assert!(grown[1] >= Duration::from_secs(5) && grown[1] <= Duration::from_secs(10));
     assert!(grown[3] >= Duration::from_secs(20), "{grown:?}");
-    assert!(grown.iter().all(|d| *d <= Duration::from_secs(60)), "{grown:?}");
+    assert!(
+        grown.iter().all(|d| *d <= Duration::from_secs(60)),
+        "{grown:?}"
+    );
     assert_eq!(grown, run(backoff), "same seed, same cooldowns");
 }

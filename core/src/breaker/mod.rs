@@ -69,7 +69,9 @@ pub use config::{
 };
 pub use outcome::{Outcome, State};
 pub use permit::{Permit, PermitKind, Recorded, Rejected};
-pub use transitions::{render_transition_table, Event, Transition, TRANSITIONS};
+pub use transitions::{
+    render_state_diagram, render_transition_table, Event, Transition, TRANSITIONS,
+};
 
 use crate::rng::{seeded, ChaCha8Rng};
 use crate::time::Instant;
