@@ -2,6 +2,8 @@
 //!
 //! * `breaker/admit_record_4096`: one admit + record pair against a breaker tracking 4,096
 //!   peers keyed by `SocketAddr` (goal: median under 100 ns).
+//! * `breaker/baseline_btreemap_get_4096`: one bare `BTreeMap` lookup over the same keys,
+//!   so the pair can be reported as a ratio that survives machine noise.
 //! * `breaker/churn_1m_*`: one million distinct-address admissions through a full
 //!   4,096-entry map, each one creating an entry and so sweeping or evicting another
 //!   (goal: under 1 s per million). `clean`: every churned address answers (the sweep
@@ -49,6 +51,21 @@ fn admit_record(c: &mut Criterion) {
     });
 }
 
+/// Baseline for ratios on a noisy machine: one bare `BTreeMap` lookup over the same keys
+/// (the breaker's admit does one such lookup; record does none).
+fn btreemap_baseline(c: &mut Criterion) {
+    let map: std::collections::BTreeMap<SocketAddr, u32> =
+        (0..4096).map(|i| (addr(i), i)).collect();
+    let peers: Vec<SocketAddr> = (0..4096).map(addr).collect();
+    let mut i = 0usize;
+    c.bench_function("breaker/baseline_btreemap_get_4096", |bench| {
+        bench.iter(|| {
+            i = (i + 1) & 4095;
+            black_box(map.get(black_box(&peers[i])));
+        })
+    });
+}
+
 fn churn(c: &mut Criterion, name: &str, dirty: bool) {
     let mut group = c.benchmark_group("breaker");
     group.sample_size(10);
@@ -85,5 +102,11 @@ fn churn_dirty(c: &mut Criterion) {
     churn(c, "churn_1m_dirty", true);
 }
 
-criterion_group!(benches, admit_record, churn_clean, churn_dirty);
+criterion_group!(
+    benches,
+    admit_record,
+    btreemap_baseline,
+    churn_clean,
+    churn_dirty
+);
 criterion_main!(benches);
