@@ -204,8 +204,9 @@ impl<B: BlockSource> Pair<B> {
     /// A pair around `source`, with the given server and admission configuration.
     ///
     /// # Panics
-    /// If `admission` violates a startup invariant (a harness misuse).
+    /// If `server` or `admission` violates a startup invariant (a harness misuse).
     pub fn with_source(server: ServerConfig, admission: AdmissionConfig, source: B) -> Self {
+        server.validate().expect("valid server config");
         let me = RosterMember {
             id: server.node_id.clone(),
             addr: server.advertised_addr.clone(),

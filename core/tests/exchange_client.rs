@@ -642,3 +642,42 @@ fn pooled_connection_closed_before_any_response_byte_asks_for_a_fresh_retry() {
     assert!(!out.retry_fresh);
     assert_eq!(out.breaker, BreakerOutcome::SoftFailure);
 }
+
+#[test]
+fn caller_deadline_already_past_cancels_at_once() {
+    let config = ClientConfig::default();
+    let req = get(1).with_deadline(secs(1));
+    let mut ex = Exchange::new(secs(2), &config, req, Link::Dial).unwrap();
+    let out = done(&mut ex);
+    assert!(matches!(out.ending, Ending::Cancelled));
+    assert_eq!(ex.poll_timeout(), None);
+}
+
+#[test]
+fn stray_bytes_after_a_validated_body_prevent_reuse() {
+    let config = ClientConfig::default();
+    let mut ex = Exchange::new(Instant::ZERO, &config, get_validated(1, 2), Link::Dial).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    ex.handle_input(
+        Instant::ZERO,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    assert!(matches!(
+        ex.poll_event(),
+        Some(ClientEvent::Validate { .. })
+    ));
+    ex.handle_input(Instant::ZERO, b"HTTP/1.1 200 OK\r\n");
+    ex.handle_validated(Instant::ZERO, true);
+    let out = done(&mut ex);
+    assert!(matches!(out.ending, Ending::Block(_)));
+    assert_eq!(out.connection, ConnectionFate::Close);
+}
+
+#[test]
+fn input_before_the_request_is_sent_is_not_taken() {
+    let config = ClientConfig::default();
+    let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    assert_eq!(ex.handle_input(Instant::ZERO, b"HTTP/1.1"), 0);
+}

@@ -386,15 +386,21 @@ impl Exchange {
     }
 
     /// Bytes received from the peer. Returns how many were taken; keep the rest and offer
-    /// them again after draining events. Input after the outcome is discarded (reported as
-    /// taken).
+    /// them again after draining events. Before the request is handed out nothing is taken;
+    /// input after the outcome is discarded (reported as taken).
     pub fn handle_input(&mut self, now: Instant, data: &[u8]) -> usize {
         self.clamp(now);
         let Some(conn) = self.connection.as_mut() else {
             return data.len();
         };
-        if !matches!(self.state, State::Receiving) {
-            return data.len();
+        match self.state {
+            // Nothing sent yet: not now (the driver keeps the bytes).
+            State::Dialing | State::Sending => return 0,
+            // The response is complete: anything more is stray. Buffering it makes the
+            // decoder non-idle, so the connection is not reused.
+            State::Validating { .. } => return conn.decoder.feed(data),
+            State::Done => return data.len(),
+            State::Receiving => {}
         }
         let taken = conn.decoder.feed(data);
         self.received |= taken > 0;

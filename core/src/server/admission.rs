@@ -467,7 +467,6 @@ impl<S: Ord + Clone> Admission<S> {
 
     /// Admits a new connection from `source`, or refuses it. A refusal reserves nothing.
     pub fn open_session(&mut self, now: Instant, source: S) -> Result<SessionTicket<S>, Refusal> {
-        let _ = now;
         if self.sessions >= self.config.max_sessions {
             return Err(self.refuse(RefusalReason::Sessions));
         }
