@@ -91,6 +91,52 @@ impl Key {
     }
 }
 
+/// A 64-hex-digit id or key that could not be parsed (bad input from whoever supplied it:
+/// a roster file, a peer's membership message, a command line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseIdError {
+    /// The text was not exactly 64 characters long.
+    #[error("expected 64 hex digits, got {0} characters")]
+    Length(usize),
+    /// A character was not a hex digit.
+    #[error("invalid hex digit at position {0}")]
+    Digit(usize),
+}
+
+fn parse_hex32(s: &str) -> Result<[u8; 32], ParseIdError> {
+    let bytes = s.as_bytes();
+    if bytes.len() != 64 {
+        return Err(ParseIdError::Length(bytes.len()));
+    }
+    let digit = |i: usize| -> Result<u8, ParseIdError> {
+        (bytes[i] as char)
+            .to_digit(16)
+            .map(|d| d as u8)
+            .ok_or(ParseIdError::Digit(i))
+    };
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = (digit(2 * i)? << 4) | digit(2 * i + 1)?;
+    }
+    Ok(out)
+}
+
+impl core::str::FromStr for PeerId {
+    type Err = ParseIdError;
+    /// Parses the 64-hex-digit form printed by [`PeerId::to_hex`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_hex32(s).map(PeerId)
+    }
+}
+
+impl core::str::FromStr for Key {
+    type Err = ParseIdError;
+    /// Parses the 64-hex-digit form printed by [`Key::to_hex`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_hex32(s).map(Key)
+    }
+}
+
 impl fmt::Debug for PeerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("PeerId(")?;
@@ -256,6 +302,13 @@ mod tests {
         let id = PeerId([0xab; 32]);
         assert_eq!(format!("{id:?}"), "PeerId(abababab…)");
         assert_eq!(id.to_hex().len(), 64);
+        assert_eq!(id.to_hex().parse::<PeerId>(), Ok(id));
+        let key = Key::from_u64(0xdead_beef);
+        assert_eq!(key.to_hex().parse::<Key>(), Ok(key));
+        assert_eq!("ab".parse::<PeerId>(), Err(ParseIdError::Length(2)));
+        let mut bad = id.to_hex();
+        bad.replace_range(10..11, "g");
+        assert_eq!(bad.parse::<PeerId>(), Err(ParseIdError::Digit(10)));
     }
 
     /// Rendezvous: each member is first owner in proportion to its weight (statistical,

@@ -1,6 +1,6 @@
 //! Model-based property test: random sequences of admissions, fresh and stale permit
 //! reports, roster requests, unscoped reports, releases, time advances and observer calls
-//! over many keys, run against the real `Breaker` and a small, obviously-correct reference
+//! over many keys (with and without the optional open-share cap), run against the real `Breaker` and a small, obviously-correct reference
 //! model (linear scans, no intrusive lists). After every step the two must agree on every
 //! key's state, health and tracking, on the open count, and on the eviction order; and the
 //! issue's invariants are asserted directly:
@@ -93,6 +93,7 @@ struct MPermit {
 #[derive(Debug, Clone)]
 struct Model {
     threshold: u32,
+    share: Option<u8>,
     probes: u32,
     cap: usize,
     entries: Vec<Option<MEntry>>,
@@ -271,8 +272,20 @@ impl Model {
 
     fn apply(&mut self, now: Instant, k: u8, via: Via, o: Outcome) {
         let threshold = self.threshold;
+        let (open_now, tracked) = (self.open_count(), self.len());
+        let may_open = self
+            .share
+            .is_none_or(|p| open_now == 0 || (open_now + 1) * 100 <= usize::from(p) * tracked);
         let e = self.entries[k as usize].as_mut().unwrap();
         let open = |e: &mut MEntry| {
+            if may_open {
+                e.generation += 1;
+                e.phase = MPhase::Open(now + COOLDOWN);
+            } else {
+                e.phase = MPhase::Closed(threshold);
+            }
+        };
+        let reopen = |e: &mut MEntry| {
             e.generation += 1;
             e.phase = MPhase::Open(now + COOLDOWN);
         };
@@ -319,7 +332,7 @@ impl Model {
                         };
                     }
                 } else {
-                    open(e);
+                    reopen(e);
                 }
             }
         }
@@ -353,18 +366,20 @@ fn check_agree(b: &Breaker<u8>, m: &Model, now: Instant) {
     }
 }
 
-fn run(threshold: u32, probes: u32, cap: usize, ops: Vec<Op>) {
+fn run(threshold: u32, probes: u32, cap: usize, share: Option<u8>, ops: Vec<Op>) {
     let mut b: Breaker<u8> = Breaker::new(BreakerConfig {
         failure_threshold: threshold,
         half_open_probes: probes,
         max_peers: cap,
         cooldown: COOLDOWN,
         probe_lease: LEASE,
+        max_open_share: share,
         ..BreakerConfig::default()
     })
     .unwrap();
     let mut m = Model {
         threshold,
+        share,
         probes,
         cap,
         entries: vec![None; KEYS as usize],
@@ -456,8 +471,9 @@ proptest! {
         threshold in 1u32..4,
         probes in 1u32..4,
         cap in 1usize..8,
+        share in prop::option::weighted(0.25, 1u8..=100),
         ops in prop::collection::vec(op(), 1..200),
     ) {
-        run(threshold, probes, cap, ops);
+        run(threshold, probes, cap, share, ops);
     }
 }

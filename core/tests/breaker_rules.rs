@@ -546,3 +546,17 @@ fn backoff_grows_the_cooldown_for_a_peer_that_keeps_failing_probes_and_is_capped
     );
     assert_eq!(grown, run(backoff), "same seed, same cooldowns");
 }
+
+#[test]
+fn time_going_backwards_is_clamped_never_firing_early_or_stamping_the_past() {
+    let mut b = breaker();
+    open(&mut b, ms(10_000), "a");
+    // A stale clock reading: treated as 10 s, so the cooldown still ends at 15 s.
+    let err = b.admit(ms(1_000), &"a").unwrap_err();
+    assert_eq!(err.retry_after, Some(Duration::from_secs(5)));
+    assert_eq!(b.state(ms(14_000), &"a"), State::Open);
+    // Opening "b" with an earlier reading stamps the latest time, not the past.
+    b.record_hard_failure(ms(2_000), &"b");
+    assert_eq!(b.state(ms(14_999), &"b"), State::Open);
+    assert_eq!(b.state(ms(15_000), &"b"), State::HalfOpen);
+}

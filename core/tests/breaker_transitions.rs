@@ -2,7 +2,8 @@
 //! `docs/breaker.md` embeds the rendered table, so code, table and docs agree.
 
 use peerblock_core::breaker::{
-    render_transition_table, Breaker, BreakerConfig, Event, Outcome, State, TRANSITIONS,
+    render_state_diagram, render_transition_table, Breaker, BreakerConfig, Event, Outcome, State,
+    TRANSITIONS,
 };
 use peerblock_core::time::{Duration, Instant};
 
@@ -160,5 +161,15 @@ fn docs_embed_the_rendered_transition_table() {
         doc.contains(&render_transition_table()),
         "docs/breaker.md is out of date; paste:\n{}",
         render_transition_table()
+    );
+}
+
+#[test]
+fn docs_embed_the_rendered_state_diagram() {
+    let doc = include_str!("../../docs/breaker.md");
+    assert!(
+        doc.contains(&render_state_diagram()),
+        "docs/breaker.md is out of date; paste:\n{}",
+        render_state_diagram()
     );
 }

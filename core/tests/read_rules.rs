@@ -464,3 +464,35 @@ fn time_going_backwards_is_clamped() {
     );
     let _ = Duration::ZERO;
 }
+
+/// Rule (bound): a lookup that never answers is given up after `lookup_timeout`, and the
+/// read goes on with the peers it knows; a GET never answered is cancelled after
+/// `get_timeout`.
+#[test]
+fn silent_lookup_and_silent_get_are_bounded_by_their_timeouts() {
+    let (key, peers) = key_and_peers(7);
+    let view = StaticView::new();
+    let cfg = ReadConfig {
+        max_plain_retries: 0,
+        ..ReadConfig::default()
+    };
+    let mut read = Read::new(key, cfg, secs(0), 4).unwrap();
+    assert_eq!(drain(&mut read, secs(0), &view), vec![Action::Lookup]);
+    assert_eq!(read.poll_timeout(), Some(secs(10)));
+    read.handle_timeout(secs(10));
+    assert_eq!(
+        drain(&mut read, secs(10), &view),
+        vec![Action::Done(ReadOutcome::Unavailable)],
+        "no lookup answer and no known peers: nothing to ask"
+    );
+
+    let mut read = Read::new(key, ReadConfig::default(), secs(0), 4).unwrap();
+    let _ = drain(&mut read, secs(0), &view);
+    read.handle_lookup_progress(secs(0), &peers[..1]);
+    let g = gets(&drain(&mut read, secs(0), &view));
+    assert_eq!(g.len(), 1);
+    read.handle_timeout(secs(10)); // lookup and GET both time out
+    let a = drain(&mut read, secs(10), &view);
+    assert_eq!(a, vec![Action::Cancel { id: g[0].0 }]);
+    assert_eq!(read.poll_timeout(), Some(secs(11)), "then the 1 s retry");
+}

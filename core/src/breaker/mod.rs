@@ -27,8 +27,9 @@
 //!   (`&self`) that never stamp activity, so a read machine's `PeerView` or a metrics
 //!   scrape cannot change which entry is evicted next.
 //!
-//! Time must not go backwards. If it does, nothing panics: deadlines stored earlier simply
-//! have not arrived yet, so an open circuit stays open a little longer.
+//! Time must not go backwards. If it does, the breaker clamps: every call treats an
+//! earlier `now` as the latest time a request path has shown it, so nothing panics, no
+//! deadline fires early, and no cooldown is stamped in the past.
 //!
 //! # Generations
 //!
@@ -69,7 +70,9 @@ pub use config::{
 };
 pub use outcome::{Outcome, State};
 pub use permit::{Permit, PermitKind, Recorded, Rejected};
-pub use transitions::{render_transition_table, Event, Transition, TRANSITIONS};
+pub use transitions::{
+    render_state_diagram, render_transition_table, Event, Transition, TRANSITIONS,
+};
 
 use crate::rng::{seeded, ChaCha8Rng};
 use crate::time::Instant;
@@ -85,6 +88,8 @@ pub struct Breaker<K> {
     open: usize,
     /// Jitter stream of the optional backoff; `None` when backoff is off.
     rng: Option<ChaCha8Rng>,
+    /// The latest `now` seen by a request path; earlier times are clamped to it.
+    latest: Instant,
 }
 
 impl<K: Ord + Clone> Breaker<K> {
@@ -97,6 +102,7 @@ impl<K: Ord + Clone> Breaker<K> {
             config,
             open: 0,
             rng,
+            latest: Instant::ZERO,
         })
     }
 
@@ -109,6 +115,7 @@ impl<K: Ord + Clone> Breaker<K> {
     /// with; `Err` means skip the peer without dialing. Stamps activity either way (an
     /// actively routed-to sick peer keeps its open circuit).
     pub fn admit(&mut self, now: Instant, key: &K) -> Result<Permit, Rejected> {
+        let now = self.clock(now);
         let slot = self.slot_for(key);
         self.settle(slot, now);
         let admitted = self.table.entry_mut(slot).admit(now, &self.config);
@@ -136,6 +143,7 @@ impl<K: Ord + Clone> Breaker<K> {
     /// is no alternative source, so refusing to ask would be refusing to ever learn about
     /// the peer. The outcome still counts, without taking or overriding data-probe slots.
     pub fn admit_roster(&mut self, now: Instant, key: &K) -> Permit {
+        let now = self.clock(now);
         let slot = self.slot_for(key);
         self.settle(slot, now);
         self.table.touch(slot);
@@ -145,6 +153,7 @@ impl<K: Ord + Clone> Breaker<K> {
     /// Reports the outcome of the request `permit` was issued for. A permit from an older
     /// generation, or for an entry since evicted, changes nothing (not even activity).
     pub fn record(&mut self, now: Instant, permit: Permit, outcome: Outcome) -> Recorded {
+        let now = self.clock(now);
         let Some(slot) = self.table.live(permit.slot, permit.entry) else {
             return Recorded::Stale;
         };
@@ -178,6 +187,7 @@ impl<K: Ord + Clone> Breaker<K> {
     /// closed count, settles an outstanding half-open probe, and recovers an open or
     /// unprobed half-open circuit. An untracked key stays untracked.
     pub fn record_success(&mut self, now: Instant, key: &K) {
+        let now = self.clock(now);
         if let Some(slot) = self.table.find(key) {
             self.settle(slot, now);
             self.apply(slot, now, Via::Unscoped, Outcome::Answered);
@@ -238,7 +248,14 @@ impl<K: Ord + Clone> Breaker<K> {
         self.table.eviction_order()
     }
 
+    /// Clamps a request path's `now` to the latest seen and remembers it.
+    fn clock(&mut self, now: Instant) -> Instant {
+        self.latest = self.latest.max(now);
+        self.latest
+    }
+
     fn view(&self, now: Instant, key: &K) -> View {
+        let now = now.max(self.latest);
         match self.table.find(key) {
             Some(slot) => self.table.entry(slot).view(now, &self.config),
             None => View::Closed,
@@ -246,6 +263,7 @@ impl<K: Ord + Clone> Breaker<K> {
     }
 
     fn record_unscoped_failure(&mut self, now: Instant, key: &K, outcome: Outcome) {
+        let now = self.clock(now);
         let slot = self.slot_for(key);
         self.settle(slot, now);
         self.apply(slot, now, Via::Unscoped, outcome);

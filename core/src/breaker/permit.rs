@@ -35,6 +35,9 @@ pub enum PermitKind {
 /// Dropping a permit without either is harmless except for a [`PermitKind::Probe`]
 /// permit, whose slot is then held until the configured probe lease expires and the round
 /// counts as failed; call `release` when the request is abandoned.
+///
+/// A permit is only meaningful to the breaker that issued it; recording it on another
+/// breaker is a local bug whose effect is unspecified (it never panics).
 #[must_use = "record or release the permit; a dropped probe permit holds its slot until the probe lease expires"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct Permit {

@@ -246,3 +246,18 @@ pub fn render_transition_table() -> String {
     }
     out
 }
+
+/// The state-changing rows of [`TRANSITIONS`] as a Mermaid `stateDiagram-v2` (the diagram
+/// embedded in `docs/breaker.md`). Self-loops are left to the table.
+pub fn render_state_diagram() -> String {
+    let mut out = String::from("stateDiagram-v2\n    [*] --> Closed\n");
+    for t in TRANSITIONS.iter().filter(|t| t.from != t.to) {
+        out.push_str(&format!(
+            "    {:?} --> {:?}: {}\n",
+            t.from,
+            t.to,
+            t.event.describe().replace('`', "")
+        ));
+    }
+    out
+}

@@ -61,6 +61,10 @@ impl Candidates {
             }
             self.list.remove(victim);
         }
+        if self.list.len() == INLINE_CANDIDATES {
+            // Spill once, straight to the bound: one allocation, never a growth series.
+            self.list.reserve_exact(MAX_CANDIDATES - INLINE_CANDIDATES);
+        }
         self.list.insert(
             pos,
             Candidate {

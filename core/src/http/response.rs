@@ -1,0 +1,751 @@
+//! Client-side response decoding.
+
+use core::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+
+use super::chunked::ChunkedDecoder;
+use super::error::{ChunkedError, LengthError, ResponseError, UsageError};
+use super::{
+    connection_options, has_bare_lf, parse_content_length, Span, Version, MAX_ERROR_BODY_BYTES,
+    MAX_INFORMATIONAL_RESPONSES, MAX_RESPONSE_HEADERS, MAX_RESPONSE_HEAD_BYTES,
+    RESPONSE_BUFFER_BYTES,
+};
+use crate::time::Duration;
+
+/// How long the body of the next `200` response may be, chosen by the caller per request.
+///
+/// Non-`200` responses are always bounded by [`MAX_ERROR_BODY_BYTES`] instead: the limit
+/// describes the block, not error text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyLimit {
+    /// The body must be exactly this long (a validated whole-block read). Longer and
+    /// shorter bodies are [`LengthError`]s; a `Content-Length` above it is refused before
+    /// any body byte is read, and at most `expected + 1` body bytes are ever read.
+    Exact(u64),
+    /// The body may be at most this long (roster fetches, unvalidated reads).
+    AtMost(u64),
+}
+
+impl BodyLimit {
+    /// The largest acceptable body.
+    pub const fn max(self) -> u64 {
+        match self {
+            BodyLimit::Exact(n) | BodyLimit::AtMost(n) => n,
+        }
+    }
+}
+
+/// How a response's body is delimited (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body: `204`, `304`.
+    Empty,
+    /// `Content-Length: n`.
+    ContentLength(u64),
+    /// `Transfer-Encoding: chunked` (older peers).
+    Chunked,
+    /// Neither: the body runs until the peer closes; the connection cannot be reused.
+    UntilClose,
+}
+
+/// A decoded response head: what the client machine needs to classify the exchange.
+#[derive(Clone, Debug)]
+pub struct ResponseHead {
+    head: Bytes,
+    version: Version,
+    status: u16,
+    keep_alive: bool,
+    framing: BodyFraming,
+    node: Option<Span>,
+    upstream_status: Option<Span>,
+    retry_after: Option<Span>,
+    refused: Option<Span>,
+}
+
+impl ResponseHead {
+    /// The status code.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The HTTP version of the status line.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Whether the connection can carry another request after this response's body:
+    /// HTTP/1.1 without `Connection: close` (1.0 with `keep-alive`), and not
+    /// close-delimited.
+    pub fn keep_alive(&self) -> bool {
+        self.keep_alive
+    }
+
+    /// How the body is delimited.
+    pub fn framing(&self) -> BodyFraming {
+        self.framing
+    }
+
+    /// `X-DART-Node`: the responder's node ID. Liveness is credited to this ID.
+    pub fn node(&self) -> Option<&[u8]> {
+        self.node.map(|s| s.get(&self.head))
+    }
+
+    /// `X-DART-Upstream-Status` parsed as a three-digit code (`None` if absent or not a
+    /// three-digit number). On a `502` it means the relay's origin refused the
+    /// requester's credential: the peer did its job.
+    pub fn upstream_status(&self) -> Option<u16> {
+        match self.upstream_status.map(|s| s.get(&self.head)) {
+            Some(&[a, b, c]) if [a, b, c].iter().all(u8::is_ascii_digit) => {
+                Some(u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0'))
+            }
+            _ => None,
+        }
+    }
+
+    /// `Retry-After` in its delay-seconds form (RFC 9110 §10.2.3); `None` if absent or an
+    /// HTTP-date (peers in this protocol send seconds).
+    pub fn retry_after(&self) -> Option<Duration> {
+        let raw = self.retry_after.map(|s| s.get(&self.head))?;
+        if raw.is_empty() || raw.len() > 20 {
+            return None;
+        }
+        raw.iter()
+            .try_fold(0u64, |acc, &b| {
+                if !b.is_ascii_digit() {
+                    return None;
+                }
+                acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+            })
+            .map(Duration::from_secs)
+    }
+
+    /// The refusal header's reason (`X-Peerblock-Refused`), if present.
+    pub fn refused(&self) -> Option<&[u8]> {
+        self.refused.map(|s| s.get(&self.head))
+    }
+
+    /// An explicit refusal: `503` with the refusal header. The peer is alive and full;
+    /// skip it for the refusal cooldown, do not count a breaker failure.
+    pub fn is_refusal(&self) -> bool {
+        self.status == 503 && self.refused.is_some()
+    }
+
+    /// The raw head bytes.
+    pub fn head(&self) -> &Bytes {
+        &self.head
+    }
+}
+
+/// What [`ResponseDecoder::poll`] produces: each response yields `Head` then exactly one
+/// `Body` (possibly empty).
+#[derive(Clone, Debug)]
+pub enum ResponseEvent {
+    /// The final response head arrived (interim `1xx` heads are skipped). Clients stop
+    /// their response-header timer here.
+    Head(ResponseHead),
+    /// The complete body, length-validated against the [`BodyLimit`].
+    Body(Bytes),
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    /// No response expected.
+    Idle,
+    /// Reading a head.
+    Head {
+        limit: BodyLimit,
+        interim: u32,
+    },
+    /// Reading a `Content-Length` body.
+    Length {
+        len: u64,
+        limit: BodyLimit,
+        keep_alive: bool,
+    },
+    /// Reading a chunked body.
+    Chunked {
+        decoder: ChunkedDecoder,
+        body: BytesMut,
+        limit: BodyLimit,
+        keep_alive: bool,
+    },
+    /// Reading until the peer closes.
+    UntilClose {
+        limit: BodyLimit,
+    },
+    Closed,
+    Failed(ResponseError),
+}
+
+/// Incremental client-side response decoder for one connection.
+///
+/// Driving contract: before each request's response, call [`expect`](Self::expect) with
+/// that request's [`BodyLimit`]. Then [`feed`](Self::feed) received bytes (it takes what
+/// fits, keep the rest), [`handle_eof`](Self::handle_eof) when the peer closes, and call
+/// [`poll`](Self::poll) until it returns `Ok(None)`. Bytes arriving while no response is
+/// expected are an error ([`ResponseError::Unsolicited`]). After an error, `poll` returns
+/// it forever: close the connection. Any split of the input yields the same events.
+#[derive(Debug)]
+pub struct ResponseDecoder {
+    buf: BytesMut,
+    state: State,
+    eof: bool,
+}
+
+impl Default for ResponseDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Most body bytes reserved up front from a `Content-Length`: reserving the whole
+/// advertised length would let a peer make us allocate the full limit before sending a
+/// byte; beyond this the buffer grows as data arrives.
+const MAX_BODY_PRERESERVE: u64 = 1024 * 1024;
+
+impl ResponseDecoder {
+    /// An idle decoder with its head buffer allocated.
+    pub fn new() -> Self {
+        ResponseDecoder {
+            buf: BytesMut::with_capacity(RESPONSE_BUFFER_BYTES),
+            state: State::Idle,
+            eof: false,
+        }
+    }
+
+    /// Starts reading the response to a request just sent, bounded by `limit`.
+    pub fn expect(&mut self, limit: BodyLimit) -> Result<(), UsageError> {
+        match self.state {
+            State::Idle if !self.eof => {
+                self.state = State::Head { limit, interim: 0 };
+                Ok(())
+            }
+            State::Idle | State::Closed | State::Failed(_) => Err(UsageError::Closed),
+            _ => Err(UsageError::ResponseInProgress),
+        }
+    }
+
+    /// True when no response is in progress and the connection may carry a request.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Idle) && !self.eof && self.buf.is_empty()
+    }
+
+    /// True once the connection cannot carry another response (close, end, error).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed | State::Failed(_))
+    }
+
+    /// Bytes buffered and not yet decoded.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// How many more bytes [`feed`](Self::feed) would accept now.
+    pub fn room(&self) -> usize {
+        let cap = match &self.state {
+            State::Idle | State::Head { .. } | State::Chunked { .. } => RESPONSE_BUFFER_BYTES,
+            State::Length { len, .. } => {
+                RESPONSE_BUFFER_BYTES.max(usize::try_from(*len).unwrap_or(usize::MAX))
+            }
+            // limit + 1: one byte past the limit proves the body too long.
+            State::UntilClose { limit } => {
+                usize::try_from(limit.max().saturating_add(1)).unwrap_or(usize::MAX)
+            }
+            State::Closed | State::Failed(_) => return usize::MAX,
+        };
+        cap.saturating_sub(self.buf.len())
+    }
+
+    /// Buffers as much of `data` as fits and returns how many bytes were taken. Once
+    /// closed or failed, input is discarded (reported as taken).
+    pub fn feed(&mut self, data: &[u8]) -> usize {
+        if self.is_closed() {
+            return data.len();
+        }
+        let take = data.len().min(self.room());
+        self.buf.extend_from_slice(&data[..take]);
+        take
+    }
+
+    /// The peer closed its sending side: completes a close-delimited body, and makes an
+    /// incomplete message [`ResponseError::Truncated`].
+    pub fn handle_eof(&mut self) {
+        self.eof = true;
+    }
+
+    /// The next event, if the buffered bytes complete one.
+    pub fn poll(&mut self) -> Result<Option<ResponseEvent>, ResponseError> {
+        match self.poll_inner() {
+            Err(e) => {
+                self.state = State::Failed(e);
+                Err(e)
+            }
+            ok => ok,
+        }
+    }
+
+    fn poll_inner(&mut self) -> Result<Option<ResponseEvent>, ResponseError> {
+        loop {
+            match &mut self.state {
+                State::Failed(e) => return Err(*e),
+                State::Closed => return Ok(None),
+                State::Idle => {
+                    if !self.buf.is_empty() {
+                        return Err(ResponseError::Unsolicited);
+                    }
+                    if self.eof {
+                        self.state = State::Closed;
+                    }
+                    return Ok(None);
+                }
+                State::Head { limit, interim } => {
+                    let (limit, interim) = (*limit, *interim);
+                    match self.parse_head(limit, interim)? {
+                        HeadOutcome::Partial => return Ok(None),
+                        HeadOutcome::Interim => continue,
+                        HeadOutcome::Final(head) => return Ok(Some(ResponseEvent::Head(head))),
+                    }
+                }
+                State::Length {
+                    len,
+                    limit,
+                    keep_alive,
+                } => {
+                    let (len, limit, keep_alive) = (*len, *limit, *keep_alive);
+                    if (self.buf.len() as u64) < len {
+                        if self.eof {
+                            return Err(ResponseError::Truncated);
+                        }
+                        return Ok(None);
+                    }
+                    check_short(limit, len)?;
+                    let body = self.buf.split_to(len as usize).freeze();
+                    self.finish(keep_alive);
+                    return Ok(Some(ResponseEvent::Body(body)));
+                }
+                State::Chunked {
+                    decoder,
+                    body,
+                    limit,
+                    keep_alive,
+                } => {
+                    let progress = decoder.decode(&self.buf, body).map_err(|e| match e {
+                        ChunkedError::ChunkExceedsLimit { .. } => {
+                            ResponseError::Length(LengthError::Long { limit: limit.max() })
+                        }
+                        e => ResponseError::Chunked(e),
+                    })?;
+                    let _ = self.buf.split_to(progress.consumed);
+                    if !progress.done {
+                        if self.eof {
+                            return Err(ResponseError::Truncated);
+                        }
+                        return Ok(None);
+                    }
+                    let (limit, keep_alive) = (*limit, *keep_alive);
+                    check_short(limit, decoder.received())?;
+                    let body = body.split().freeze();
+                    self.finish(keep_alive);
+                    return Ok(Some(ResponseEvent::Body(body)));
+                }
+                State::UntilClose { limit } => {
+                    let limit = *limit;
+                    if self.buf.len() as u64 > limit.max() {
+                        return Err(LengthError::Long { limit: limit.max() }.into());
+                    }
+                    if !self.eof {
+                        return Ok(None);
+                    }
+                    check_short(limit, self.buf.len() as u64)?;
+                    let body = self.buf.split().freeze();
+                    self.state = State::Closed;
+                    return Ok(Some(ResponseEvent::Body(body)));
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, keep_alive: bool) {
+        self.state = if keep_alive {
+            State::Idle
+        } else {
+            State::Closed
+        };
+    }
+
+    fn parse_head(&mut self, limit: BodyLimit, interim: u32) -> Result<HeadOutcome, ResponseError> {
+        let window = &self.buf[..self.buf.len().min(MAX_RESPONSE_HEAD_BYTES)];
+        let mut headers =
+            [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
+        let mut res = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut res,
+            window,
+            &mut headers,
+        );
+        let head_len = match parsed {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => {
+                if window.len() >= MAX_RESPONSE_HEAD_BYTES {
+                    return Err(ResponseError::HeadTooLarge {
+                        limit: MAX_RESPONSE_HEAD_BYTES,
+                    });
+                }
+                if self.eof {
+                    return Err(ResponseError::Truncated);
+                }
+                return Ok(HeadOutcome::Partial);
+            }
+            Err(e) => {
+                return Err(match e {
+                    httparse::Error::HeaderName | httparse::Error::HeaderValue => {
+                        ResponseError::MalformedHeader
+                    }
+                    httparse::Error::NewLine => ResponseError::MalformedLineEnding,
+                    httparse::Error::TooManyHeaders => ResponseError::TooManyHeaders {
+                        limit: MAX_RESPONSE_HEADERS,
+                    },
+                    httparse::Error::Token | httparse::Error::Status | httparse::Error::Version => {
+                        ResponseError::MalformedStatusLine
+                    }
+                })
+            }
+        };
+        let head = &window[..head_len];
+        if has_bare_lf(head) {
+            return Err(ResponseError::MalformedLineEnding);
+        }
+        let version = match res.version {
+            Some(0) => Version::Http10,
+            Some(1) => Version::Http11,
+            _ => return Err(ResponseError::MalformedStatusLine),
+        };
+        let status = res.code.ok_or(ResponseError::MalformedStatusLine)?;
+        if !(100..=599).contains(&status) {
+            return Err(ResponseError::MalformedStatusLine);
+        }
+
+        let mut content_length = None;
+        let mut transfer_encoding: Option<&[u8]> = None;
+        let mut te_count = 0u32;
+        let (mut close, mut keep_alive_opt) = (false, false);
+        let (mut node, mut upstream, mut retry_after, mut refused) = (None, None, None, None);
+        for h in res.headers.iter() {
+            let name = h.name.as_bytes();
+            let value = h.value;
+            match name.len() {
+                10 if name.eq_ignore_ascii_case(b"connection") => {
+                    let (c, k) = connection_options(value);
+                    close |= c;
+                    keep_alive_opt |= k;
+                }
+                11 if name.eq_ignore_ascii_case(b"x-dart-node") => {
+                    node = node.or(Some(Span::of(head, value)))
+                }
+                11 if name.eq_ignore_ascii_case(b"retry-after") => {
+                    retry_after = retry_after.or(Some(Span::of(head, value)))
+                }
+                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                    if content_length.is_some() {
+                        return Err(ResponseError::DuplicateContentLength);
+                    }
+                    content_length = Some(
+                        parse_content_length(value).ok_or(ResponseError::InvalidContentLength)?,
+                    );
+                }
+                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                    transfer_encoding = Some(value);
+                    te_count += 1;
+                }
+                19 if name.eq_ignore_ascii_case(b"x-peerblock-refused") => {
+                    refused = refused.or(Some(Span::of(head, value)))
+                }
+                22 if name.eq_ignore_ascii_case(b"x-dart-upstream-status") => {
+                    upstream = upstream.or(Some(Span::of(head, value)))
+                }
+                _ => {}
+            }
+        }
+
+        if (100..200).contains(&status) {
+            // Interim response: no body; skip it (bounded), the final head follows.
+            if status == 101 || interim + 1 > MAX_INFORMATIONAL_RESPONSES {
+                return Err(ResponseError::UnexpectedInformational { status });
+            }
+            let _ = self.buf.split_to(head_len);
+            self.state = State::Head {
+                limit,
+                interim: interim + 1,
+            };
+            return Ok(HeadOutcome::Interim);
+        }
+
+        if transfer_encoding.is_some() && content_length.is_some() {
+            return Err(ResponseError::ContentLengthAndTransferEncoding);
+        }
+        let framing = if let Some(te) = transfer_encoding {
+            if version == Version::Http10 {
+                return Err(ResponseError::TransferEncodingOnHttp10);
+            }
+            if te_count != 1 || !te.eq_ignore_ascii_case(b"chunked") {
+                return Err(ResponseError::UnsupportedTransferEncoding);
+            }
+            BodyFraming::Chunked
+        } else if status == 204 || status == 304 {
+            BodyFraming::Empty
+        } else if let Some(n) = content_length {
+            BodyFraming::ContentLength(n)
+        } else {
+            BodyFraming::UntilClose
+        };
+        let limit = if status == 200 {
+            limit
+        } else {
+            BodyLimit::AtMost(MAX_ERROR_BODY_BYTES)
+        };
+        if let BodyFraming::ContentLength(n) = framing {
+            if n > limit.max() {
+                return Err(LengthError::ContentLengthAboveLimit {
+                    limit: limit.max(),
+                    content_length: n,
+                }
+                .into());
+            }
+        }
+        let keep_alive = framing != BodyFraming::UntilClose
+            && !close
+            && (version == Version::Http11 || keep_alive_opt);
+
+        let head_bytes = self.buf.split_to(head_len).freeze();
+        self.state = match framing {
+            BodyFraming::Empty => State::Length {
+                len: 0,
+                limit: BodyLimit::AtMost(0),
+                keep_alive,
+            },
+            BodyFraming::ContentLength(len) => {
+                let want = len
+                    .saturating_sub(self.buf.len() as u64)
+                    .min(MAX_BODY_PRERESERVE);
+                self.buf.reserve(want as usize);
+                State::Length {
+                    len,
+                    limit,
+                    keep_alive,
+                }
+            }
+            BodyFraming::Chunked => State::Chunked {
+                decoder: ChunkedDecoder::new(limit.max()),
+                body: BytesMut::new(),
+                limit,
+                keep_alive,
+            },
+            BodyFraming::UntilClose => State::UntilClose { limit },
+        };
+        Ok(HeadOutcome::Final(ResponseHead {
+            head: head_bytes,
+            version,
+            status,
+            keep_alive,
+            framing,
+            node,
+            upstream_status: upstream,
+            retry_after,
+            refused,
+        }))
+    }
+}
+
+enum HeadOutcome {
+    Partial,
+    Interim,
+    Final(ResponseHead),
+}
+
+fn check_short(limit: BodyLimit, received: u64) -> Result<(), LengthError> {
+    match limit {
+        BodyLimit::Exact(expected) if received < expected => {
+            Err(LengthError::Short { expected, received })
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(
+        limit: BodyLimit,
+        input: &[u8],
+        eof: bool,
+    ) -> Result<(ResponseHead, Bytes), ResponseError> {
+        let mut d = ResponseDecoder::new();
+        d.expect(limit).unwrap();
+        assert_eq!(d.feed(input), input.len());
+        if eof {
+            d.handle_eof();
+        }
+        let head = match d.poll()? {
+            Some(ResponseEvent::Head(h)) => h,
+            other => panic!("expected head, got {other:?}"),
+        };
+        match d.poll()? {
+            Some(ResponseEvent::Body(b)) => Ok((head, b)),
+            other => panic!("expected body, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn content_length_body_and_wire_headers() {
+        let (h, body) = run(
+            BodyLimit::Exact(5),
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-DART-Node: n9\r\n\r\nhello",
+            false,
+        )
+        .unwrap();
+        assert_eq!(h.status(), 200);
+        assert_eq!(h.node(), Some(&b"n9"[..]));
+        assert!(h.keep_alive());
+        assert_eq!(&body[..], b"hello");
+    }
+
+    #[test]
+    fn refusal_and_upstream_headers() {
+        let (h, _) = run(
+            BodyLimit::Exact(5),
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\
+              X-Peerblock-Refused: sessions\r\nRetry-After: 15\r\nConnection: close\r\n\r\n",
+            false,
+        )
+        .unwrap();
+        assert!(h.is_refusal());
+        assert_eq!(h.refused(), Some(&b"sessions"[..]));
+        assert_eq!(h.retry_after(), Some(Duration::from_secs(15)));
+        assert!(!h.keep_alive());
+        let (h, _) = run(
+            BodyLimit::Exact(5),
+            b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nX-DART-Upstream-Status: 403\r\n\r\n",
+            false,
+        )
+        .unwrap();
+        assert_eq!(h.upstream_status(), Some(403));
+    }
+
+    #[test]
+    fn content_length_above_expected_is_rejected_before_body() {
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::Exact(4)).unwrap();
+        d.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n");
+        assert_eq!(
+            d.poll().unwrap_err(),
+            ResponseError::Length(LengthError::ContentLengthAboveLimit {
+                limit: 4,
+                content_length: 5
+            })
+        );
+    }
+
+    #[test]
+    fn short_body_is_a_length_error() {
+        assert_eq!(
+            run(
+                BodyLimit::Exact(6),
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+                false
+            )
+            .unwrap_err(),
+            ResponseError::Length(LengthError::Short {
+                expected: 6,
+                received: 5
+            })
+        );
+    }
+
+    #[test]
+    fn chunked_body_and_chunk_over_expected() {
+        let (h, body) = run(
+            BodyLimit::Exact(5),
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n",
+            false,
+        )
+        .unwrap();
+        assert_eq!(h.framing(), BodyFraming::Chunked);
+        assert_eq!(&body[..], b"hello");
+        assert_eq!(
+            run(
+                BodyLimit::Exact(4),
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                false
+            )
+            .unwrap_err(),
+            ResponseError::Length(LengthError::Long { limit: 4 })
+        );
+    }
+
+    #[test]
+    fn close_delimited_body_reads_at_most_expected_plus_one() {
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::Exact(3)).unwrap();
+        // Once the head is known, at most expected + 1 body bytes are accepted.
+        d.feed(b"HTTP/1.1 200 OK\r\n\r\n");
+        assert!(matches!(d.poll(), Ok(Some(ResponseEvent::Head(_)))));
+        assert_eq!(d.feed(b"abcdefgh"), 4);
+        assert_eq!(d.buffered(), 4);
+        assert_eq!(
+            d.poll().unwrap_err(),
+            ResponseError::Length(LengthError::Long { limit: 3 })
+        );
+        // u64::MAX never overflows.
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::Exact(u64::MAX)).unwrap();
+        d.feed(b"HTTP/1.1 200 OK\r\n\r\nabc");
+        d.handle_eof();
+        assert!(matches!(d.poll(), Ok(Some(ResponseEvent::Head(_)))));
+        assert!(matches!(
+            d.poll(),
+            Err(ResponseError::Length(LengthError::Short { .. }))
+        ));
+    }
+
+    #[test]
+    fn truncated_content_length_body() {
+        assert_eq!(
+            run(
+                BodyLimit::Exact(5),
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel",
+                true
+            )
+            .unwrap_err(),
+            ResponseError::Truncated
+        );
+    }
+
+    #[test]
+    fn interim_responses_are_skipped_and_keep_alive_reuses() {
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::AtMost(10)).unwrap();
+        d.feed(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nno\n",
+        );
+        let Ok(Some(ResponseEvent::Head(h))) = d.poll() else {
+            panic!()
+        };
+        assert_eq!(h.status(), 404);
+        assert!(matches!(d.poll(), Ok(Some(ResponseEvent::Body(_)))));
+        assert!(d.is_idle());
+        d.expect(BodyLimit::AtMost(10)).unwrap();
+        assert_eq!(
+            d.expect(BodyLimit::AtMost(1)),
+            Err(UsageError::ResponseInProgress)
+        );
+    }
+
+    #[test]
+    fn unsolicited_bytes_are_an_error() {
+        let mut d = ResponseDecoder::new();
+        d.feed(b"HTTP/1.1 200 OK\r\n");
+        assert_eq!(d.poll().unwrap_err(), ResponseError::Unsolicited);
+    }
+}
