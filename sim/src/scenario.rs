@@ -683,6 +683,9 @@ impl Scenario {
                 return bad(key, "a limit of 0 admits nothing");
             }
         }
+        if let Err(e) = crate::listener::admission_config(l).validate() {
+            return bad(crate::listener::scenario_key(&e), e.to_string());
+        }
         if l.session_idle_secs == 0 {
             return bad("listener.session_idle_secs", "must be at least 1 second");
         }

@@ -106,12 +106,12 @@ struct Get {
     permit: Option<peerblock_core::breaker::Permit>,
     /// Node epoch when the request was admitted (a crash since then lost it).
     epoch: u32,
-    /// Bytes reserved against the node's budgets.
+    /// Bytes to reserve against the node's budgets.
     reserved: u64,
+    /// The node's request ticket while it is sending the response.
+    ticket: Option<peerblock_core::server::RequestTicket<u32>>,
     /// Response size.
     bytes: u64,
-    /// The node is sending it (holds a request slot and a share of the upload link).
-    at_node: bool,
     /// Dial transmissions so far (the first plus retransmits).
     dials: u32,
 }
@@ -634,8 +634,9 @@ impl<'s> World<'s> {
                 && self.active_downloads[reader as usize] == 0
             {
                 // The page is closed: its sessions go with it.
+                let now = self.now;
                 for node in &mut self.nodes {
-                    node.close_session(reader);
+                    node.close_session(reader, now);
                 }
             }
             trace!(
@@ -698,7 +699,7 @@ impl<'s> World<'s> {
             epoch: node_ref.epoch,
             reserved: reserve,
             bytes,
-            at_node: false,
+            ticket: None,
             dials: 1,
         });
         if let Some(rs) = self.reads.get_mut(h) {
@@ -841,10 +842,10 @@ impl<'s> World<'s> {
             return;
         }
         match node.begin_request(r, now, reserved) {
-            Ok(()) => {
+            Ok(ticket) => {
                 node.uplink.start(now, tid(g), bytes);
                 if let Some(get) = self.gets.get_mut(g) {
-                    get.at_node = true;
+                    get.ticket = Some(ticket);
                 }
                 self.reschedule_uplink(n);
                 self.queue.push(now + ow, Ev::FirstByte { get: g });
@@ -882,12 +883,15 @@ impl<'s> World<'s> {
         let done = self.nodes[n as usize].uplink.finished(now);
         for t in done {
             let g = handle_of(t);
-            let Some(get) = self.gets.get(g) else {
+            let Some(get) = self.gets.get_mut(g) else {
                 continue;
             };
-            let (r, bytes, reserved) = (get.reader, get.bytes, get.reserved);
+            let (r, bytes) = (get.reader, get.bytes);
+            let ticket = get.ticket.take();
             let node = &mut self.nodes[n as usize];
-            node.finish_request(r, now, reserved, self.idle);
+            if let Some(ticket) = ticket {
+                node.finish_request(r, now, ticket, self.idle);
+            }
             node.bytes_served += bytes;
             let reply = if node.corrupt {
                 Reply::Corrupt
@@ -899,22 +903,22 @@ impl<'s> World<'s> {
                 self.queue.push(now + ow, Ev::Deliver { get: g, reply });
             }
             // Unreachable now (partitioned): the response is lost, the client times out.
-            if let Some(get) = self.gets.get_mut(g) {
-                get.at_node = false;
-            }
         }
         self.reschedule_uplink(n);
     }
 
     /// Releases whatever the node still holds for a GET that is ending early: its share
     /// of the upload link and its request slot (unless a crash already wiped both).
-    fn release_at_node(&mut self, g: Handle, get: &Get) {
+    fn release_at_node(&mut self, g: Handle, get: &mut Get) {
         let node = &mut self.nodes[get.node as usize];
-        if !get.at_node || get.epoch != node.epoch {
+        let Some(ticket) = get.ticket.take() else {
             return;
+        };
+        if get.epoch != node.epoch {
+            return; // the crash already wiped the node's books; the ticket dies with them
         }
         node.uplink.cancel(self.now, tid(g));
-        node.finish_request(get.reader, self.now, get.reserved, self.idle);
+        node.finish_request(get.reader, self.now, ticket, self.idle);
         self.reschedule_uplink(get.node);
     }
 
@@ -922,10 +926,10 @@ impl<'s> World<'s> {
     /// table, and hands the outcome to the read machine.
     fn end_get(&mut self, g: Handle, result: GetResult) {
         let now = self.now;
-        let Some(get) = self.gets.remove(g) else {
+        let Some(mut get) = self.gets.remove(g) else {
             return;
         };
-        self.release_at_node(g, &get);
+        self.release_at_node(g, &mut get);
         let (r, n) = (get.reader, get.node);
         let peer = self.content.ids[n as usize];
         let reader = &mut self.readers[r as usize];
@@ -993,10 +997,10 @@ impl<'s> World<'s> {
             return;
         };
         let (_, g) = rs.gets.remove(pos);
-        let Some(get) = self.gets.remove(g) else {
+        let Some(mut get) = self.gets.remove(g) else {
             return;
         };
-        self.release_at_node(g, &get);
+        self.release_at_node(g, &mut get);
         let reader = &mut self.readers[get.reader as usize];
         reader.get_ended(get.node);
         reader.release(self.now, get.permit);

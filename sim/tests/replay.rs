@@ -48,11 +48,18 @@ fn old_limits_with_silent_listeners_lose_downloads_all_as_false_not_found() {
             started += s.downloads.started;
             assert_eq!(s.reads.absent, s.reads.false_absent, "{name} seed {seed}");
             assert_eq!(s.reads.busy + s.reads.unavailable, 0, "{name} seed {seed}");
-            assert_eq!(s.reads.found + s.reads.absent, s.reads.started, "{name} seed {seed}");
+            assert_eq!(
+                s.reads.found + s.reads.absent,
+                s.reads.started,
+                "{name} seed {seed}"
+            );
             assert_eq!(s.refusals, 0, "{name}: silent listeners never refuse");
         }
         let share = done as f64 / started as f64;
-        assert!((0.3..0.9).contains(&share), "{name}: completed {share} over seeds 1-4");
+        assert!(
+            (0.3..0.9).contains(&share),
+            "{name}: completed {share} over seeds 1-4"
+        );
     }
 }
 

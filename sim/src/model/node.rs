@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use peerblock_core::time::{Duration, Instant};
 
+use peerblock_core::server::{RequestTicket, SessionTicket};
+
 use crate::listener::{Admission, Limit};
 use crate::net::Uplink;
 use crate::scenario::Listener;
@@ -21,14 +23,18 @@ pub enum Health {
 }
 
 /// One reader's session at a node.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Session {
-    /// Source address of the reader.
-    pub source: u32,
-    /// Requests in flight on it.
-    pub requests: u32,
+    /// The admission ticket (source address, requests in flight).
+    pub ticket: SessionTicket<u32>,
     /// Last time a request started or finished on it.
     pub last_used: Instant,
+}
+
+impl Session {
+    fn busy(&self) -> bool {
+        self.ticket.requests() > 0
+    }
 }
 
 /// A node.
@@ -86,7 +92,7 @@ impl Node {
     pub fn has_session(&self, reader: u32, now: Instant, idle: Duration) -> bool {
         self.sessions
             .get(&reader)
-            .is_some_and(|s| s.requests > 0 || s.last_used + idle > now)
+            .is_some_and(|s| s.busy() || s.last_used + idle > now)
     }
 
     /// Closes sessions idle for `idle` or longer.
@@ -97,19 +103,19 @@ impl Node {
         self.next_expiry = self
             .sessions
             .values()
-            .filter(|s| s.requests == 0 && s.last_used + idle > now)
+            .filter(|s| !s.busy() && s.last_used + idle > now)
             .map(|s| s.last_used + idle)
             .min()
             .unwrap_or(Instant::MAX);
         let expired: Vec<u32> = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.requests == 0 && s.last_used + idle <= now)
+            .filter(|(_, s)| !s.busy() && s.last_used + idle <= now)
             .map(|(&r, _)| r)
             .collect();
         for r in expired {
             if let Some(s) = self.sessions.remove(&r) {
-                self.admission.close_session(s.source);
+                self.admission.close_session(now, s.ticket);
             }
         }
     }
@@ -124,21 +130,20 @@ impl Node {
         idle: Duration,
     ) -> Result<(), Limit> {
         if let Some(s) = self.sessions.get(&reader) {
-            if s.requests > 0 || s.last_used + idle > now {
+            if s.busy() || s.last_used + idle > now {
                 return Ok(());
             }
             let s = self.sessions.remove(&reader).expect("present");
-            self.admission.close_session(s.source);
+            self.admission.close_session(now, s.ticket);
         }
-        if self.admission.can_open(source).is_err() {
+        if !self.admission.can_open(source) {
             self.expire_idle(now, idle);
         }
-        self.admission.open_session(source)?;
+        let ticket = self.admission.open_session(now, source)?;
         self.sessions.insert(
             reader,
             Session {
-                source,
-                requests: 0,
+                ticket,
                 last_used: now,
             },
         );
@@ -147,25 +152,39 @@ impl Node {
     }
 
     /// Starts a request on `reader`'s session reserving `bytes`.
-    pub fn begin_request(&mut self, reader: u32, now: Instant, bytes: u64) -> Result<(), Limit> {
+    pub fn begin_request(
+        &mut self,
+        reader: u32,
+        now: Instant,
+        bytes: u64,
+    ) -> Result<RequestTicket<u32>, Limit> {
         let Some(s) = self.sessions.get_mut(&reader) else {
             return Err(Limit::Sessions);
         };
-        self.admission.begin_request(s.source, s.requests, bytes)?;
-        s.requests += 1;
+        let ticket = self.admission.begin_request(now, &mut s.ticket, bytes)?;
         s.last_used = now;
-        Ok(())
+        Ok(ticket)
     }
 
     /// Ends a request started with [`Node::begin_request`]; the session may expire
     /// `idle` after this if nothing else uses it.
-    pub fn finish_request(&mut self, reader: u32, now: Instant, bytes: u64, idle: Duration) {
-        if let Some(s) = self.sessions.get_mut(&reader) {
-            s.requests = s.requests.saturating_sub(1);
-            s.last_used = now;
-            self.admission.finish_request(s.source, bytes);
-            self.next_expiry = self.next_expiry.min(now + idle);
-        }
+    pub fn finish_request(
+        &mut self,
+        reader: u32,
+        now: Instant,
+        ticket: RequestTicket<u32>,
+        idle: Duration,
+    ) {
+        let session = self.sessions.get_mut(&reader);
+        let ticket_session = match session {
+            Some(s) => {
+                s.last_used = now;
+                Some(&mut s.ticket)
+            }
+            None => None,
+        };
+        self.admission.finish_request(now, ticket_session, ticket);
+        self.next_expiry = self.next_expiry.min(now + idle);
     }
 
     /// Marks `reader`'s session used at `now` (a small answer such as a 404).
@@ -177,10 +196,10 @@ impl Node {
     }
 
     /// Closes `reader`'s session if it has nothing in flight (the reader went away).
-    pub fn close_session(&mut self, reader: u32) {
-        if self.sessions.get(&reader).is_some_and(|s| s.requests == 0) {
+    pub fn close_session(&mut self, reader: u32, now: Instant) {
+        if self.sessions.get(&reader).is_some_and(|s| !s.busy()) {
             let s = self.sessions.remove(&reader).expect("present");
-            self.admission.close_session(s.source);
+            self.admission.close_session(now, s.ticket);
         }
     }
 
@@ -225,7 +244,7 @@ mod tests {
         let mut n = Node::new(false, 1e6, f64::INFINITY, &limits);
         let idle = Duration::from_secs(30);
         n.open_session(1, 1, Instant::ZERO, idle).unwrap();
-        n.begin_request(1, Instant::ZERO, 10).unwrap();
+        let _held = n.begin_request(1, Instant::ZERO, 10).unwrap();
         assert_eq!(
             n.open_session(2, 2, Instant::from_secs(100), idle),
             Err(Limit::Sessions)
