@@ -222,6 +222,7 @@ mod tests {
     fn idle_sessions_free_their_slot_when_needed() {
         let limits = Listener {
             max_sessions: 1,
+            max_sessions_per_source: 1,
             ..Listener::default()
         };
         let mut n = Node::new(false, 1e6, f64::INFINITY, &limits);
@@ -239,6 +240,7 @@ mod tests {
     fn a_busy_session_never_expires() {
         let limits = Listener {
             max_sessions: 1,
+            max_sessions_per_source: 1,
             ..Listener::default()
         };
         let mut n = Node::new(false, 1e6, f64::INFINITY, &limits);
