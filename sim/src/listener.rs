@@ -57,6 +57,20 @@ impl Limit {
         }
     }
 
+    /// The refusal reason a peerblock server puts on the wire for this limit (`None` for
+    /// the reference transport's channels, which peerblock does not have).
+    pub fn reason(self) -> Option<RefusalReason> {
+        Some(match self {
+            Limit::Channels => return None,
+            Limit::Sessions => RefusalReason::Sessions,
+            Limit::SourceSessions => RefusalReason::SourceSessions,
+            Limit::Requests => RefusalReason::Requests,
+            Limit::Rate => RefusalReason::Rate,
+            Limit::InflightBytes => RefusalReason::InflightBytes,
+            Limit::SourceInflightBytes => RefusalReason::SourceInflightBytes,
+        })
+    }
+
     fn from_reason(r: RefusalReason) -> Limit {
         match r {
             RefusalReason::Sessions => Limit::Sessions,

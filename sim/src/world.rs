@@ -14,6 +14,9 @@
 use std::io::Write;
 
 use peerblock_core::breaker::Outcome as BreakerOutcome;
+use peerblock_core::client::{
+    BreakerOutcome as ClientBreakerOutcome, CooldownEntry, Ending, ExchangeError, PeerRefusal,
+};
 use peerblock_core::cooldown::DialOutcome;
 use peerblock_core::read::{
     Action, GetId, GetOutcome, OriginOutcome, Read, ReadConfig, ReadOutcome, Spread,
@@ -146,7 +149,7 @@ struct Download {
 enum Reply {
     Found,
     NotFound,
-    Refused,
+    Refused(Limit),
     Closed,
     Corrupt,
 }
@@ -349,7 +352,9 @@ impl<'s> World<'s> {
                     .get(get)
                     .is_some_and(|g| g.phase == Phase::Dialing)
                 {
-                    self.end_get(get, GetResult::DialFailed);
+                    let d = Duration::from_millis(self.s.client.dial_timeout_ms);
+                    let ending = Ending::Failed(ExchangeError::DialTimeout(d));
+                    self.end_get(get, GetResult::DialFailed, ending);
                 }
             }
             Ev::RequestArrive { get } => self.request_arrive(get),
@@ -366,25 +371,42 @@ impl<'s> World<'s> {
                     .get(get)
                     .is_some_and(|g| g.phase == Phase::Requested)
                 {
-                    self.end_get(get, GetResult::TimedOut);
+                    let d = Duration::from_millis(self.s.client.response_timeout_ms);
+                    let ending = Ending::Failed(ExchangeError::ResponseHeaderTimeout(d));
+                    self.end_get(get, GetResult::TimedOut, ending);
                 }
             }
             Ev::RequestTimeout { get } => {
                 if self.gets.get(get).is_some() {
-                    self.end_get(get, GetResult::TimedOut);
+                    let d = Duration::from_millis(self.s.client.request_timeout_ms);
+                    let ending = Ending::Failed(ExchangeError::RequestTimeout(d));
+                    self.end_get(get, GetResult::TimedOut, ending);
                 }
             }
             Ev::Deliver { get, reply } => {
-                if self.gets.get(get).is_some() {
-                    let result = match reply {
-                        Reply::Found => GetResult::Found,
-                        Reply::NotFound => GetResult::NotFound,
-                        Reply::Refused => GetResult::Refused,
-                        Reply::Closed => GetResult::Closed,
-                        Reply::Corrupt => GetResult::Corrupt,
-                    };
-                    self.end_get(get, result);
-                }
+                let Some(g) = self.gets.get(get) else {
+                    return;
+                };
+                let retry_after = Some(Duration::from_secs(self.s.listener.retry_after_secs));
+                let (result, ending) = match reply {
+                    Reply::Found => (GetResult::Found, Ending::Block(self.content.token(g.block))),
+                    Reply::NotFound => (GetResult::NotFound, Ending::Miss),
+                    Reply::Refused(limit) => (
+                        GetResult::Refused,
+                        Ending::Refused(PeerRefusal {
+                            reason: limit.reason(),
+                            retry_after,
+                        }),
+                    ),
+                    Reply::Closed => (GetResult::Closed, Ending::Failed(ExchangeError::Closed)),
+                    // The driver verifies every body against the key: a wrong body is a
+                    // validated protocol violation, never `Found`.
+                    Reply::Corrupt => (
+                        GetResult::Corrupt,
+                        Ending::Failed(ExchangeError::Validation),
+                    ),
+                };
+                self.end_get(get, result, ending);
             }
             Ev::Uplink { node, gen } => self.uplink_done(node, gen),
             Ev::Fault { step } => self.fault(step),
@@ -802,7 +824,7 @@ impl<'s> World<'s> {
                             now + ow,
                             Ev::Deliver {
                                 get: g,
-                                reply: Reply::Refused,
+                                reply: Reply::Refused(limit),
                             },
                         );
                     }
@@ -854,7 +876,7 @@ impl<'s> World<'s> {
                 self.limit_hit(limit);
                 let reply = match self.s.listener.when_full {
                     WhenFull::Silent => Reply::Closed,
-                    WhenFull::Refuse => Reply::Refused,
+                    WhenFull::Refuse => Reply::Refused(limit),
                 };
                 trace!(
                     self.trace,
@@ -924,7 +946,7 @@ impl<'s> World<'s> {
 
     /// Ends a GET with `result`: releases the node side, tells the breaker and cooldown
     /// table, and hands the outcome to the read machine.
-    fn end_get(&mut self, g: Handle, result: GetResult) {
+    fn end_get(&mut self, g: Handle, result: GetResult, ending: Ending) {
         let now = self.now;
         let Some(mut get) = self.gets.remove(g) else {
             return;
@@ -934,40 +956,29 @@ impl<'s> World<'s> {
         let peer = self.content.ids[n as usize];
         let reader = &mut self.readers[r as usize];
         reader.get_ended(n);
-        let retry_after = Duration::from_secs(self.s.listener.retry_after_secs);
-        let (breaker, outcome) = match result {
-            GetResult::Found => (
-                BreakerOutcome::Answered,
-                GetOutcome::Found(self.content.token(get.block)),
-            ),
-            GetResult::NotFound => (BreakerOutcome::Answered, GetOutcome::NotFound),
-            GetResult::Refused => {
-                reader.suppress(
-                    now,
-                    peer,
-                    DialOutcome::Refused {
-                        retry_after: Some(retry_after),
-                    },
-                );
+        // The core client's classification decides what the breaker and the cooldown
+        // table learn from this ending.
+        let class = ending.classify();
+        let breaker = match class.breaker {
+            ClientBreakerOutcome::Answered => BreakerOutcome::Answered,
+            ClientBreakerOutcome::SoftFailure => BreakerOutcome::SoftFailure,
+            ClientBreakerOutcome::HardFailure => BreakerOutcome::HardFailure,
+        };
+        match class.cooldown {
+            Some(CooldownEntry::Refused { retry_after }) => {
+                reader.suppress(now, peer, DialOutcome::Refused { retry_after });
                 self.metrics.refusals += 1;
-                (
-                    BreakerOutcome::Answered,
-                    GetOutcome::Refused {
-                        retry_after: Some(retry_after),
-                    },
-                )
             }
-            GetResult::DialFailed => {
-                reader.suppress(now, peer, DialOutcome::Failed);
-                (BreakerOutcome::HardFailure, GetOutcome::Failed)
-            }
-            GetResult::TimedOut | GetResult::Closed => {
-                (BreakerOutcome::SoftFailure, GetOutcome::Failed)
-            }
-            // The driver verifies the body against the key: a wrong body is a validated
-            // protocol violation, never `Found`.
-            GetResult::Corrupt => (BreakerOutcome::HardFailure, GetOutcome::Failed),
-            GetResult::Cancelled => (BreakerOutcome::Answered, GetOutcome::Failed),
+            Some(CooldownEntry::Failed) => reader.suppress(now, peer, DialOutcome::Failed),
+            None => {}
+        }
+        let outcome = match ending {
+            Ending::Block(bytes) => GetOutcome::Found(bytes),
+            Ending::Miss => GetOutcome::NotFound,
+            Ending::Refused(refusal) => GetOutcome::Refused {
+                retry_after: refusal.retry_after,
+            },
+            _ => GetOutcome::Failed,
         };
         if reader.record(now, n, get.permit, breaker) {
             self.metrics.breaker_opens += 1;

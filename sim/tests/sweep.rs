@@ -36,7 +36,11 @@ fn drawn_faults_depend_only_on_the_seed() {
     assert_ne!(faults_for(&s, 5), faults_for(&s, 6));
     let sw = &s.sweep;
     let drawn = (sw.crashes + sw.silent + sw.partitions + sw.slow) as usize;
-    assert_eq!(faults_for(&s, 5).len(), 2 * drawn, "each fault with its end");
+    assert_eq!(
+        faults_for(&s, 5).len(),
+        2 * drawn,
+        "each fault with its end"
+    );
 }
 
 #[test]
