@@ -146,6 +146,21 @@ pub struct Network {
     /// WebRTC data channel, a long fat pipe's window). 0 = no ceiling beyond the node's
     /// upload share.
     pub transfer_mbps: f64,
+    /// How requests share connections: `"http1"` (peerblock: one request at a time per
+    /// connection, a second concurrent request to the same node dials another) or
+    /// `"multiplexed"` (the reference's WebRTC session: one per reader and node, requests
+    /// as channels within it).
+    pub transport: Transport,
+}
+
+/// How a reader's requests to one node share connections.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// One request at a time per connection (HTTP/1.1 without pipelining).
+    Http1,
+    /// One session per reader and node carrying several requests.
+    Multiplexed,
 }
 
 impl Default for Network {
@@ -154,6 +169,7 @@ impl Default for Network {
             latency: Latency::default(),
             dial_retransmit_ms: 500,
             transfer_mbps: 0.0,
+            transport: Transport::Http1,
         }
     }
 }

@@ -32,7 +32,7 @@ use crate::model::node::{Health, Node};
 use crate::model::reader::Reader;
 use crate::net::{mix, LatencyModel};
 use crate::queue::EventQueue;
-use crate::scenario::{Fault, Scenario, SpreadPolicy, WhenFull};
+use crate::scenario::{Fault, Scenario, SpreadPolicy, Transport, WhenFull};
 use crate::slab::{Handle, Slab};
 use crate::trace;
 use crate::trace::Trace;
@@ -107,6 +107,8 @@ struct Get {
     block: u32,
     phase: Phase,
     permit: Option<peerblock_core::breaker::Permit>,
+    /// The connection (session) it uses at the node.
+    conn: u32,
     /// Node epoch when the request was admitted (a crash since then lost it).
     epoch: u32,
     /// Bytes to reserve against the node's budgets.
@@ -208,6 +210,8 @@ pub struct World<'s> {
     downloads_done: u64,
     sample_every: Duration,
     idle: Duration,
+    /// Whether readers multiplex requests over one session per node.
+    multiplexed: bool,
     metrics: Metrics,
     trace: Trace,
 }
@@ -278,6 +282,7 @@ impl<'s> World<'s> {
             downloads_done: 0,
             sample_every,
             idle: Duration::from_secs(s.listener.session_idle_secs),
+            multiplexed: s.network.transport == Transport::Multiplexed,
             metrics: Metrics::new(nodes_n as usize, blocks as usize, r.rounds as usize),
             trace,
             content,
@@ -658,7 +663,7 @@ impl<'s> World<'s> {
                 // The page is closed: its sessions go with it.
                 let now = self.now;
                 for node in &mut self.nodes {
-                    node.close_session(reader, now);
+                    node.close_sessions(reader, now);
                 }
             }
             trace!(
@@ -699,8 +704,18 @@ impl<'s> World<'s> {
         if hedged {
             self.metrics.gets_hedged += 1;
         }
-        let node_ref = &self.nodes[node as usize];
-        let session = node_ref.has_session(r, now, self.idle);
+        let multiplexed = self.multiplexed;
+        let node_ref = &mut self.nodes[node as usize];
+        let existing = node_ref.usable_connection(r, now, self.idle, multiplexed);
+        let session = existing.is_some();
+        let conn = match existing {
+            Some(c) => {
+                node_ref.claim(r, c);
+                c
+            }
+            None => node_ref.new_connection(multiplexed),
+        };
+        let epoch = node_ref.epoch;
         let bytes = self.s.block_bytes(block);
         let reserve = match self.s.listener.reserve_kib {
             0 => bytes,
@@ -718,7 +733,8 @@ impl<'s> World<'s> {
                 Phase::Dialing
             },
             permit,
-            epoch: node_ref.epoch,
+            conn,
+            epoch,
             reserved: reserve,
             bytes,
             ticket: None,
@@ -770,14 +786,15 @@ impl<'s> World<'s> {
         let Some(get) = self.gets.get(g) else {
             return;
         };
-        let (r, n) = (get.reader, get.node);
+        let (r, n, conn) = (get.reader, get.node, get.conn);
         let node = &mut self.nodes[n as usize];
         if !node.reachable() {
             return; // never answered: the dial timeout decides
         }
         let source = self.readers[r as usize].source;
-        match node.open_session(r, source, now, self.idle) {
+        match node.open_session(r, conn, source, now, self.idle) {
             Ok(()) => {
+                node.claim(r, conn);
                 let epoch = node.epoch;
                 let ow = self.latency.one_way(r, n);
                 if let Some(get) = self.gets.get_mut(g) {
@@ -838,13 +855,14 @@ impl<'s> World<'s> {
         let Some(get) = self.gets.get(g) else {
             return;
         };
-        let (r, n, block, bytes, reserved, epoch) = (
+        let (r, n, block, bytes, reserved, epoch, conn) = (
             get.reader,
             get.node,
             get.block,
             get.bytes,
             get.reserved,
             get.epoch,
+            get.conn,
         );
         let holds = self.content.holds(n, block);
         let ow = self.latency.one_way(r, n);
@@ -853,7 +871,7 @@ impl<'s> World<'s> {
             return; // lost, or accepted and never answered: the client's timeouts decide
         }
         if !holds {
-            node.touch(r, now, self.idle);
+            node.touch(r, conn, now, self.idle);
             self.queue.push(
                 now + ow,
                 Ev::Deliver {
@@ -863,7 +881,7 @@ impl<'s> World<'s> {
             );
             return;
         }
-        match node.begin_request(r, now, reserved) {
+        match node.begin_request(r, conn, now, reserved) {
             Ok(ticket) => {
                 node.uplink.start(now, tid(g), bytes);
                 if let Some(get) = self.gets.get_mut(g) {
@@ -908,11 +926,11 @@ impl<'s> World<'s> {
             let Some(get) = self.gets.get_mut(g) else {
                 continue;
             };
-            let (r, bytes) = (get.reader, get.bytes);
+            let (r, bytes, conn) = (get.reader, get.bytes, get.conn);
             let ticket = get.ticket.take();
             let node = &mut self.nodes[n as usize];
             if let Some(ticket) = ticket {
-                node.finish_request(r, now, ticket, self.idle);
+                node.finish_request(r, conn, now, ticket, self.idle);
             }
             node.bytes_served += bytes;
             let reply = if node.corrupt {
@@ -933,14 +951,18 @@ impl<'s> World<'s> {
     /// of the upload link and its request slot (unless a crash already wiped both).
     fn release_at_node(&mut self, g: Handle, get: &mut Get) {
         let node = &mut self.nodes[get.node as usize];
-        let Some(ticket) = get.ticket.take() else {
-            return;
-        };
         if get.epoch != node.epoch {
             return; // the crash already wiped the node's books; the ticket dies with them
         }
+        if get.phase != Phase::Dialing {
+            // It had a connection assigned (reused, or its dial was accepted).
+            node.unclaim(get.reader, get.conn, self.now, self.idle);
+        }
+        let Some(ticket) = get.ticket.take() else {
+            return;
+        };
         node.uplink.cancel(self.now, tid(g));
-        node.finish_request(get.reader, self.now, ticket, self.idle);
+        node.finish_request(get.reader, get.conn, self.now, ticket, self.idle);
         self.reschedule_uplink(get.node);
     }
 
