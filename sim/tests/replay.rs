@@ -15,10 +15,6 @@ fn arm(name: &str) -> Summary {
     run(&shipped(name), SEED).summary
 }
 
-fn completed(s: &Summary) -> f64 {
-    s.downloads.completed as f64 / s.downloads.started as f64
-}
-
 #[test]
 fn nearest_first_concentrates_and_spreading_brings_it_to_about_a_seventh() {
     let nearest = arm("testnet-ab-old-limits-nearest.toml");
