@@ -269,7 +269,9 @@ fn run_chunked(chunks: &[&[u8]], limit: u64) -> (Vec<u8>, usize, Result<bool, Ch
                     return (out.to_vec(), consumed, Ok(true));
                 }
             }
-            Err(e) => return (out.to_vec(), consumed, Err(e)),
+            // How far earlier pieces got is not comparable at an error; the output and
+            // the error are.
+            Err(e) => return (out.to_vec(), 0, Err(e)),
         }
     }
     (out.to_vec(), consumed, Ok(false))
