@@ -13,7 +13,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod breaker;
+pub mod client;
+pub mod cooldown;
 pub mod http;
+pub mod pair;
+pub mod placement;
+pub mod read;
 pub mod rng;
+pub mod roster;
+pub mod server;
 pub mod time;
 pub mod wire;

@@ -1,0 +1,190 @@
+//! Exchange hot paths: the admission decision, encoding a refusal, and one full exchange of
+//! a 256 KiB block through both machines (directly, and through the in-memory pair).
+//!
+//! Run: `cargo bench -p peerblock-core --bench exchange -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use peerblock_core::client::{
+    BlockRequest, ClientConfig, ClientEvent, Connection, Ending, Exchange, ExchangeRequest, Link,
+};
+use peerblock_core::pair::Pair;
+use peerblock_core::server::{
+    encode_refusal, Accept, Admission, AdmissionConfig, Refusal, RefusalReason, ServerConfig,
+    ServerConnection, ServerEvent, SourceResult,
+};
+use peerblock_core::time::{Duration, Instant};
+use peerblock_core::wire::{BlockPath, ChunkKey};
+
+const BLOCK: usize = 256 * 1024;
+
+fn path() -> BlockPath {
+    BlockPath {
+        key: ChunkKey::from_array([7; 32]),
+        index: 3,
+    }
+}
+
+fn admission(c: &mut Criterion) {
+    let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
+    // A realistically busy node: 200 sessions over 100 sources.
+    let mut held: Vec<_> = (0..200u32)
+        .map(|i| adm.open_session(Instant::ZERO, i % 100).unwrap())
+        .collect();
+    let mut g = c.benchmark_group("admission");
+    g.bench_function("open_and_close_session", |b| {
+        b.iter(|| {
+            let t = adm.open_session(Instant::ZERO, black_box(42)).unwrap();
+            adm.close_session(Instant::ZERO, t);
+        })
+    });
+    let mut s = held.pop().unwrap();
+    g.bench_function("begin_reserve_finish_request", |b| {
+        b.iter(|| {
+            let mut r = adm.begin_request(Instant::ZERO, &mut s).unwrap();
+            adm.reserve_bytes(&mut r, black_box(BLOCK as u64)).unwrap();
+            adm.finish_request(Instant::ZERO, Some(&mut s), r);
+        })
+    });
+    let mut full = Admission::<u32>::new(AdmissionConfig {
+        max_sessions: 4,
+        max_sessions_per_source: 1,
+        max_requests: 8,
+        max_tracked_sources: 4,
+        ..AdmissionConfig::default()
+    })
+    .unwrap();
+    let _keep: Vec<_> = (0..4u32)
+        .map(|i| full.open_session(Instant::ZERO, i).unwrap())
+        .collect();
+    g.bench_function("refuse_session", |b| {
+        b.iter(|| full.open_session(Instant::ZERO, black_box(9)).unwrap_err())
+    });
+    g.finish();
+}
+
+fn refusal(c: &mut Criterion) {
+    let refusal = Refusal {
+        reason: RefusalReason::Sessions,
+        retry_after: Duration::from_secs(15),
+    };
+    let mut out = BytesMut::with_capacity(512);
+    c.bench_function("refusal_encode", |b| {
+        b.iter(|| {
+            out.clear();
+            encode_refusal(black_box(&refusal), Some("node-0123456789abcdef"), &mut out);
+            black_box(out.len())
+        })
+    });
+    let mut adm = Admission::<u32>::new(AdmissionConfig {
+        max_sessions: 1,
+        max_sessions_per_source: 1,
+        max_requests: 4,
+        max_tracked_sources: 1,
+        ..AdmissionConfig::default()
+    })
+    .unwrap();
+    let _keep = adm.open_session(Instant::ZERO, 0).unwrap();
+    let config = Arc::new(ServerConfig::new("node-0123456789abcdef", "10.0.0.1:7070"));
+    c.bench_function("refusal_at_accept", |b| {
+        b.iter(
+            || match ServerConnection::accept(Instant::ZERO, &mut adm, 1, Arc::clone(&config)) {
+                Accept::Refused { response, .. } => black_box(response.len()),
+                Accept::Admitted(_) => unreachable!(),
+            },
+        )
+    });
+}
+
+/// One exchange through both machines, driven directly (no harness queues): the request
+/// goes server-ward as a slice, the response head and body client-ward as slices.
+fn machines_once(
+    adm: &mut Admission<u32>,
+    server: &mut ServerConnection<u32>,
+    block: &Bytes,
+    link: Link,
+) -> (Bytes, Option<Connection>) {
+    let config = ClientConfig::default();
+    let req = ExchangeRequest::get_validated("s:1", BlockRequest::new(path()), BLOCK as u64, false);
+    let mut ex = Exchange::new(Instant::ZERO, &config, req, link).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    let request = ex.poll_transmit(Instant::ZERO).unwrap();
+    server.handle_input(Instant::ZERO, adm, &request);
+    let Some(ServerEvent::Fetch { id, .. }) = server.poll_event() else {
+        unreachable!()
+    };
+    server
+        .handle_source(Instant::ZERO, adm, id, SourceResult::Found(block.clone()))
+        .unwrap();
+    let t = server.poll_transmit().unwrap();
+    assert_eq!(t.body.as_ptr(), block.as_ptr(), "server copied the body");
+    let taken = ex.handle_input(Instant::ZERO, &t.head);
+    assert_eq!(taken, t.head.len());
+    let mut body = &t.body[..];
+    while !body.is_empty() {
+        let taken = ex.handle_input(Instant::ZERO, body);
+        body = &body[taken..];
+    }
+    server.handle_transmitted(Instant::ZERO, adm);
+    let Some(ClientEvent::Done(out)) = ex.poll_event() else {
+        unreachable!()
+    };
+    let Ending::Block(got) = out.ending else {
+        unreachable!()
+    };
+    (got, ex.take_connection())
+}
+
+fn full_exchange(c: &mut Criterion) {
+    let block = Bytes::from((0..BLOCK).map(|i| i as u8).collect::<Vec<u8>>());
+    let mut g = c.benchmark_group("exchange_256k");
+    g.throughput(Throughput::Bytes(BLOCK as u64));
+
+    // Baseline: one plain copy of the block into a reused buffer (what the client's receive
+    // path costs at least, since the codec buffers what it is fed).
+    let mut sink = BytesMut::with_capacity(BLOCK);
+    g.bench_function("baseline_one_copy", |b| {
+        b.iter(|| {
+            sink.clear();
+            sink.extend_from_slice(black_box(&block[..]));
+            black_box(sink.len())
+        })
+    });
+
+    let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
+    let config = Arc::new(ServerConfig::new("node", "10.0.0.1:7070"));
+    let Accept::Admitted(mut server) = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config)
+    else {
+        unreachable!()
+    };
+    let (_, mut pooled) = machines_once(&mut adm, &mut server, &block, Link::Dial);
+    g.bench_function("machines_pooled", |b| {
+        b.iter(|| {
+            let link = Link::Pooled(pooled.take().unwrap());
+            let (got, conn) = machines_once(&mut adm, &mut server, &block, link);
+            pooled = conn;
+            black_box(got.len())
+        })
+    });
+
+    let mut pair = Pair::new([(path(), block.clone())]);
+    g.bench_function("pair_pooled", |b| {
+        b.iter(|| {
+            let req = ExchangeRequest::get_validated(
+                "s:1",
+                BlockRequest::new(path()),
+                BLOCK as u64,
+                true,
+            );
+            let out = pair.exchange(req);
+            black_box(matches!(out.ending, Ending::Block(_)))
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, admission, refusal, full_exchange);
+criterion_main!(benches);

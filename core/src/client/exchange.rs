@@ -1,0 +1,635 @@
+//! The client exchange machine: one request to one peer, from dial to classified outcome.
+
+use bytes::{Bytes, BytesMut};
+
+use super::deadlines::{RequestTimeout, Timer, TimerTable};
+use super::outcome::{
+    BreakerPath, ConnectionFate, Ending, ExchangeError, ExchangeOutcome, PeerRefusal,
+    ProtocolError, RosterAnswer,
+};
+use super::ClientConfig;
+use crate::http::{
+    BodyLimit, EncodeError, OutgoingRequest, RequestTarget, ResponseDecoder, ResponseError,
+    ResponseEvent, ResponseHead,
+};
+use crate::roster::{Roster, MAX_ROSTER_BYTES};
+use crate::server::RefusalReason;
+use crate::time::Instant;
+use crate::wire::{BlockPath, Hop};
+
+/// A live HTTP/1.1 connection's client-side state, kept between exchanges.
+///
+/// An exchange that ends with [`ConnectionFate::Reuse`] hands it back through
+/// [`Exchange::take_connection`]; start the next exchange on the same socket with
+/// [`Link::Pooled`]. It holds the response decoder (and
+/// so its receive buffer), which is why a reused connection costs no allocation.
+#[derive(Debug)]
+pub struct Connection {
+    decoder: ResponseDecoder,
+    exchanges: u64,
+}
+
+impl Connection {
+    fn new() -> Self {
+        Connection {
+            decoder: ResponseDecoder::new(),
+            exchanges: 0,
+        }
+    }
+
+    /// Exchanges completed on this connection so far.
+    pub fn exchanges(&self) -> u64 {
+        self.exchanges
+    }
+}
+
+/// How the exchange reaches the peer.
+#[derive(Debug)]
+pub enum Link {
+    /// The driver is dialing a new connection now: the dial deadline runs until
+    /// [`Exchange::handle_connected`] (or [`Exchange::handle_dial_failed`]).
+    Dial,
+    /// An idle connection from the driver's pool, returned by an earlier exchange.
+    Pooled(Connection),
+}
+
+/// A block to fetch.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockRequest<'a> {
+    /// Which block.
+    pub path: BlockPath,
+    /// `X-DART-Origin`: lets a relay-capable peer fetch the block on our behalf.
+    pub origin: Option<&'a str>,
+    /// `X-DART-Hop`: relay depth; omitted on the wire when zero.
+    pub hop: Hop,
+}
+
+impl BlockRequest<'_> {
+    /// A cache-only request for `path` (no origin, hop 0).
+    pub fn new(path: BlockPath) -> BlockRequest<'static> {
+        BlockRequest {
+            path,
+            origin: None,
+            hop: Hop(0),
+        }
+    }
+}
+
+/// The caller's self-identification on a roster request.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller<'a> {
+    /// Our node id (`X-DART-Node`).
+    pub id: &'a str,
+    /// Our advertised listen address (`X-DART-Peer-Addr`).
+    pub addr: &'a str,
+}
+
+/// What an exchange asks for.
+#[derive(Clone, Copy, Debug)]
+pub enum RequestKind<'a> {
+    /// `get`: the block, any length up to [`ClientConfig::max_body`].
+    Get(BlockRequest<'a>),
+    /// `get_validated`: the block of exactly `expected` bytes, then (if `validate`) the
+    /// caller's validator, sequenced through [`ClientEvent::Validate`].
+    GetValidated {
+        /// Which block.
+        block: BlockRequest<'a>,
+        /// The exact length the block must have.
+        expected: u64,
+        /// Whether to hand the body to the caller's validator before success.
+        validate: bool,
+    },
+    /// `fetch_roster`: the peer's roster. Takes the breaker's roster path.
+    Roster {
+        /// Who we are, so the peer can learn us; `None` is an anonymous fetch.
+        caller: Option<Caller<'a>>,
+    },
+}
+
+/// One exchange's request.
+#[derive(Clone, Copy, Debug)]
+pub struct ExchangeRequest<'a> {
+    /// The peer's `host:port` (the `Host` header, and the address a roster responder that
+    /// omits itself is repaired with).
+    pub host: &'a str,
+    /// What to ask for.
+    pub kind: RequestKind<'a>,
+    /// The caller's own deadline: reaching it ends the exchange as [`Ending::Cancelled`].
+    pub caller_deadline: Option<Instant>,
+}
+
+impl<'a> ExchangeRequest<'a> {
+    /// `get` of `block` from `host`.
+    pub fn get(host: &'a str, block: BlockRequest<'a>) -> Self {
+        ExchangeRequest {
+            host,
+            kind: RequestKind::Get(block),
+            caller_deadline: None,
+        }
+    }
+
+    /// `get_validated` of `block` from `host`: exactly `expected` bytes, then the
+    /// validator if `validate`.
+    pub fn get_validated(
+        host: &'a str,
+        block: BlockRequest<'a>,
+        expected: u64,
+        validate: bool,
+    ) -> Self {
+        ExchangeRequest {
+            host,
+            kind: RequestKind::GetValidated {
+                block,
+                expected,
+                validate,
+            },
+            caller_deadline: None,
+        }
+    }
+
+    /// `fetch_roster` from `host`, identifying ourselves as `caller` (or anonymously).
+    pub fn roster(host: &'a str, caller: Option<Caller<'a>>) -> Self {
+        ExchangeRequest {
+            host,
+            kind: RequestKind::Roster { caller },
+            caller_deadline: None,
+        }
+    }
+
+    /// The same request bounded by the caller's own deadline.
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.caller_deadline = Some(deadline);
+        self
+    }
+}
+
+/// What the machine asks of the driver besides bytes.
+#[derive(Debug)]
+pub enum ClientEvent {
+    /// Run the caller's validator on `body` (exactly the expected length), then report
+    /// with [`Exchange::handle_validated`]. Timers keep running meanwhile.
+    Validate {
+        /// The complete body.
+        body: Bytes,
+    },
+    /// The exchange is over. Emitted exactly once.
+    Done(ExchangeOutcome),
+}
+
+#[derive(Debug)]
+enum Want {
+    Block { validate: bool },
+    Roster { host: String },
+}
+
+#[derive(Debug)]
+enum State {
+    /// Waiting for the driver's dial.
+    Dialing,
+    /// Request queued for [`Exchange::poll_transmit`].
+    Sending,
+    /// Request handed to the driver; reading the response.
+    Receiving,
+    /// Body handed to the validator.
+    Validating { body: Bytes },
+    /// Outcome produced.
+    Done,
+}
+
+/// One request to one peer, sans-IO.
+///
+/// # Driving contract
+///
+/// 1. Create with [`Exchange::new`]: with [`Link::Dial`] the driver dials now and reports
+///    [`handle_connected`](Self::handle_connected) or
+///    [`handle_dial_failed`](Self::handle_dial_failed); with [`Link::Pooled`] the request
+///    is ready at once.
+/// 2. Write what [`poll_transmit`](Self::poll_transmit) returns (the response-header
+///    deadline starts when it is taken).
+/// 3. Feed received bytes with [`handle_input`](Self::handle_input) (it returns how many
+///    it took; keep the rest for after the next call) and the peer's close with
+///    [`handle_eof`](Self::handle_eof).
+/// 4. Drain [`poll_event`](Self::poll_event): a [`ClientEvent::Validate`] asks for the
+///    validator's verdict ([`handle_validated`](Self::handle_validated)); a
+///    [`ClientEvent::Done`] carries the classified outcome and, if reusable, the
+///    connection.
+/// 5. Wake at [`poll_timeout`](Self::poll_timeout) and call
+///    [`handle_timeout`](Self::handle_timeout); the caller may [`cancel`](Self::cancel)
+///    at any time.
+///
+/// Time never goes backwards: an earlier `now` than already seen is treated as the latest
+/// seen. After the outcome every input is ignored and `poll_timeout` is `None`.
+#[derive(Debug)]
+pub struct Exchange {
+    config: ClientConfig,
+    want: Want,
+    limit: BodyLimit,
+    path: BreakerPath,
+    state: State,
+    timers: TimerTable,
+    latest: Instant,
+    request: Option<Bytes>,
+    connection: Option<Connection>,
+    head: Option<ResponseHead>,
+    event: Option<ClientEvent>,
+    /// Started on a pooled connection.
+    pooled: bool,
+    /// Any response byte arrived.
+    received: bool,
+}
+
+impl Exchange {
+    /// Starts an exchange at `now`. Fails only if a header value in `request` cannot be
+    /// sent (control characters): local misuse, nothing reaches the wire.
+    pub fn new(
+        now: Instant,
+        config: &ClientConfig,
+        request: ExchangeRequest<'_>,
+        link: Link,
+    ) -> Result<Exchange, EncodeError> {
+        let (outgoing, want, limit, path) = match request.kind {
+            RequestKind::Get(block) => (
+                block_request(request.host, &block),
+                Want::Block { validate: false },
+                BodyLimit::AtMost(config.max_body),
+                BreakerPath::Data,
+            ),
+            RequestKind::GetValidated {
+                block,
+                expected,
+                validate,
+            } => (
+                block_request(request.host, &block),
+                Want::Block { validate },
+                BodyLimit::Exact(expected),
+                BreakerPath::Data,
+            ),
+            RequestKind::Roster { caller } => (
+                OutgoingRequest {
+                    target: RequestTarget::Roster,
+                    host: request.host,
+                    hop: None,
+                    origin: None,
+                    node: caller.map(|c| c.id),
+                    peer_addr: caller.map(|c| c.addr),
+                    epoch: None,
+                    close: false,
+                },
+                Want::Roster {
+                    host: request.host.to_owned(),
+                },
+                BodyLimit::AtMost(MAX_ROSTER_BYTES as u64),
+                BreakerPath::Roster,
+            ),
+        };
+        let mut buf = BytesMut::new();
+        outgoing.encode(&mut buf)?;
+        let mut timers = TimerTable::default();
+        if let RequestTimeout::After(d) = config.deadlines.request {
+            timers.set(Timer::Request, now + d);
+        }
+        if let Some(at) = request.caller_deadline {
+            timers.set(Timer::Caller, at);
+        }
+        let pooled = matches!(link, Link::Pooled(_));
+        let (state, connection) = match link {
+            Link::Dial => {
+                timers.set(Timer::Dial, now + config.deadlines.dial);
+                (State::Dialing, None)
+            }
+            Link::Pooled(c) => (State::Sending, Some(c)),
+        };
+        let mut exchange = Exchange {
+            config: *config,
+            want,
+            limit,
+            path,
+            state,
+            timers,
+            latest: now,
+            request: Some(buf.freeze()),
+            connection,
+            head: None,
+            event: None,
+            pooled,
+            received: false,
+        };
+        // A deadline already in the past (a caller deadline before now) ends it at once.
+        exchange.handle_timeout(now);
+        Ok(exchange)
+    }
+
+    /// After a [`ClientEvent::Done`] whose outcome says [`ConnectionFate::Reuse`]: the
+    /// connection, to pool. `None` otherwise (and on a second call).
+    pub fn take_connection(&mut self) -> Option<Connection> {
+        if self.is_done() {
+            self.connection.take()
+        } else {
+            None
+        }
+    }
+
+    /// How the driver takes the breaker permit for this exchange.
+    pub fn breaker_path(&self) -> BreakerPath {
+        self.path
+    }
+
+    /// Whether the outcome has been produced (it may still be waiting in `poll_event`).
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    fn clamp(&mut self, now: Instant) -> Instant {
+        self.latest = self.latest.max(now);
+        self.latest
+    }
+
+    /// The dial succeeded. Ignored unless dialing.
+    pub fn handle_connected(&mut self, now: Instant) {
+        self.clamp(now);
+        if matches!(self.state, State::Dialing) {
+            self.timers.stop(Timer::Dial);
+            self.connection = Some(Connection::new());
+            self.state = State::Sending;
+        }
+    }
+
+    /// The dial failed (connection refused, host unreachable). Ignored unless dialing.
+    pub fn handle_dial_failed(&mut self, now: Instant) {
+        self.clamp(now);
+        if matches!(self.state, State::Dialing) {
+            self.finish(Ending::Failed(ExchangeError::DialFailed));
+        }
+    }
+
+    /// The request bytes to write, once. Taking them starts the response-header deadline.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Bytes> {
+        let now = self.clamp(now);
+        if !matches!(self.state, State::Sending) {
+            return None;
+        }
+        let request = self.request.take()?;
+        let limit = self.limit;
+        let conn = self.connection.as_mut()?;
+        if conn.decoder.expect(limit).is_err() {
+            // A pooled connection that cannot take another request: it was closed.
+            self.finish(Ending::Failed(ExchangeError::Closed));
+            return None;
+        }
+        self.timers.set(
+            Timer::ResponseHeader,
+            now + self.config.deadlines.response_header,
+        );
+        self.state = State::Receiving;
+        Some(request)
+    }
+
+    /// Bytes received from the peer. Returns how many were taken; keep the rest and offer
+    /// them again after draining events. Before the request is handed out nothing is taken;
+    /// input after the outcome is discarded (reported as taken).
+    pub fn handle_input(&mut self, now: Instant, data: &[u8]) -> usize {
+        self.clamp(now);
+        let Some(conn) = self.connection.as_mut() else {
+            return data.len();
+        };
+        match self.state {
+            // Nothing sent yet: not now (the driver keeps the bytes).
+            State::Dialing | State::Sending => return 0,
+            // The response is complete: anything more is stray. Buffering it makes the
+            // decoder non-idle, so the connection is not reused.
+            State::Validating { .. } => return conn.decoder.feed(data),
+            State::Done => return data.len(),
+            State::Receiving => {}
+        }
+        let taken = conn.decoder.feed(data);
+        self.received |= taken > 0;
+        self.drive();
+        taken
+    }
+
+    /// How many bytes [`handle_input`](Self::handle_input) would take now (a read-size
+    /// hint for the driver).
+    pub fn room(&self) -> usize {
+        match (&self.state, &self.connection) {
+            (State::Receiving, Some(c)) => c.decoder.room(),
+            _ => 0,
+        }
+    }
+
+    /// The peer closed its side (or the connection broke).
+    pub fn handle_eof(&mut self, now: Instant) {
+        self.clamp(now);
+        match self.state {
+            State::Receiving => {
+                if let Some(conn) = self.connection.as_mut() {
+                    conn.decoder.handle_eof();
+                }
+                self.drive();
+                if matches!(self.state, State::Receiving) {
+                    self.finish(Ending::Failed(ExchangeError::Closed));
+                }
+            }
+            State::Sending => {
+                self.finish(Ending::Failed(ExchangeError::Closed));
+            }
+            _ => {
+                // Validating or done: the body is complete; only reuse is lost.
+                if let Some(conn) = self.connection.as_mut() {
+                    conn.decoder.handle_eof();
+                }
+            }
+        }
+    }
+
+    /// The validator's verdict on the body from [`ClientEvent::Validate`].
+    pub fn handle_validated(&mut self, now: Instant, valid: bool) {
+        self.clamp(now);
+        if let State::Validating { body } = &self.state {
+            let body = body.clone();
+            self.finish(if valid {
+                Ending::Block(body)
+            } else {
+                Ending::Failed(ExchangeError::Validation)
+            });
+        }
+    }
+
+    /// The caller gave up (a hedging loser, a client that went away). Recorded as
+    /// answered: the peer is not to blame.
+    pub fn cancel(&mut self, now: Instant) {
+        self.clamp(now);
+        if !self.is_done() {
+            self.finish(Ending::Cancelled);
+        }
+    }
+
+    /// The earliest deadline, or `None` once done.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_done() {
+            return None;
+        }
+        self.timers.next()
+    }
+
+    /// Fires whichever deadline has passed at `now`. Spurious calls are harmless.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let now = self.clamp(now);
+        if self.is_done() {
+            return;
+        }
+        let Some(timer) = self.timers.expired(now) else {
+            return;
+        };
+        let d = self.config.deadlines;
+        let ending = match timer {
+            Timer::Caller => Ending::Cancelled,
+            Timer::Dial => Ending::Failed(ExchangeError::DialTimeout(d.dial)),
+            Timer::ResponseHeader => {
+                Ending::Failed(ExchangeError::ResponseHeaderTimeout(d.response_header))
+            }
+            Timer::Request => Ending::Failed(ExchangeError::RequestTimeout(match d.request {
+                RequestTimeout::After(t) => t,
+                RequestTimeout::Caller => Default::default(),
+            })),
+        };
+        self.finish(ending);
+    }
+
+    /// The next thing for the driver to do.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.event.take()
+    }
+
+    /// Runs the decoder until it needs more input or the exchange ends.
+    fn drive(&mut self) {
+        while matches!(self.state, State::Receiving) {
+            let Some(conn) = self.connection.as_mut() else {
+                return;
+            };
+            match conn.decoder.poll() {
+                Ok(None) => return,
+                Ok(Some(ResponseEvent::Head(head))) => {
+                    self.timers.stop(Timer::ResponseHeader);
+                    self.head = Some(head);
+                }
+                Ok(Some(ResponseEvent::Body(body))) => {
+                    let Some(head) = self.head.take() else {
+                        self.finish(protocol("body without a head"));
+                        return;
+                    };
+                    self.on_response(head, body);
+                }
+                Err(e) => {
+                    let ending = match (self.head.take(), e) {
+                        // The status was already decided by a non-200 head; a broken
+                        // error body only costs the connection.
+                        (Some(head), _) if head.status() != 200 => self.classify_status(&head),
+                        (_, e) => Ending::Failed(response_error(e)),
+                    };
+                    self.finish(ending);
+                }
+            }
+        }
+    }
+
+    fn classify_status(&self, head: &ResponseHead) -> Ending {
+        match head.status() {
+            404 => Ending::Miss,
+            503 if head.is_refusal() => Ending::Refused(PeerRefusal {
+                reason: head.refused().and_then(RefusalReason::from_token),
+                retry_after: head
+                    .retry_after()
+                    .map(|d| d.min(self.config.max_refusal_cooldown)),
+            }),
+            502 => match head.upstream_status() {
+                Some(status) => Ending::UpstreamRefused { status },
+                None => Ending::Failed(ExchangeError::Status(502)),
+            },
+            status => Ending::Failed(ExchangeError::Status(status)),
+        }
+    }
+
+    fn on_response(&mut self, head: ResponseHead, body: Bytes) {
+        let reusable = head.keep_alive();
+        if head.status() != 200 {
+            let ending = self.classify_status(&head);
+            self.finish_with(ending, reusable);
+            return;
+        }
+        match &self.want {
+            Want::Block { validate: true } => {
+                self.head = Some(head);
+                self.event = Some(ClientEvent::Validate { body: body.clone() });
+                self.state = State::Validating { body };
+            }
+            Want::Block { validate: false } => self.finish_with(Ending::Block(body), reusable),
+            Want::Roster { host } => {
+                let responder = head
+                    .node()
+                    .and_then(|n| core::str::from_utf8(n).ok())
+                    .map(str::to_owned);
+                let ending = match Roster::from_json(&body) {
+                    Ok(mut roster) => {
+                        if let Some(id) = &responder {
+                            roster.ensure_member(id, host);
+                        }
+                        Ending::Roster(RosterAnswer { roster, responder })
+                    }
+                    Err(e) => Ending::Failed(ExchangeError::Protocol(ProtocolError::Roster(e))),
+                };
+                self.finish_with(ending, reusable);
+            }
+        }
+    }
+
+    fn finish(&mut self, ending: Ending) {
+        let reusable = matches!(self.state, State::Validating { .. })
+            && self.head.as_ref().is_some_and(ResponseHead::keep_alive);
+        self.finish_with(ending, reusable);
+    }
+
+    fn finish_with(&mut self, ending: Ending, keep_alive: bool) {
+        self.state = State::Done;
+        self.timers.stop_all();
+        self.head = None;
+        let fate = match self.connection.as_mut() {
+            Some(c) if keep_alive && c.decoder.is_idle() => {
+                c.exchanges += 1;
+                ConnectionFate::Reuse
+            }
+            _ => {
+                self.connection = None;
+                ConnectionFate::Close
+            }
+        };
+        let retry_fresh = self.pooled
+            && !self.received
+            && matches!(ending, Ending::Failed(ExchangeError::Closed));
+        let mut outcome = ExchangeOutcome::new(ending, self.path, fate);
+        outcome.retry_fresh = retry_fresh;
+        self.event = Some(ClientEvent::Done(outcome));
+    }
+}
+
+fn block_request<'a>(host: &'a str, block: &BlockRequest<'a>) -> OutgoingRequest<'a> {
+    let mut r = OutgoingRequest::block(host, block.path);
+    r.origin = block.origin;
+    r.hop = (block.hop.0 > 0).then_some(block.hop);
+    r
+}
+
+fn protocol(what: &str) -> Ending {
+    Ending::Failed(ExchangeError::Protocol(ProtocolError::Http(
+        what.to_owned(),
+    )))
+}
+
+fn response_error(e: ResponseError) -> ExchangeError {
+    match e {
+        ResponseError::Length(l) => ExchangeError::Length(l),
+        ResponseError::Truncated => ExchangeError::Closed,
+        other => ExchangeError::Protocol(ProtocolError::Http(other.to_string())),
+    }
+}

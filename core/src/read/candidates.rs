@@ -1,0 +1,144 @@
+//! The peers one read knows about, nearest first, with what each has told it.
+
+use smallvec::SmallVec;
+
+use crate::placement::{Distance, Key, PeerId};
+use crate::time::Instant;
+
+use super::config::MAX_CANDIDATES;
+
+/// Inline capacity of the candidate list: a close group plus a few, so the common read
+/// never touches the heap for it.
+pub(crate) const INLINE_CANDIDATES: usize = 12;
+
+/// What one candidate has told this read so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tried {
+    /// Not asked in this round.
+    Untried,
+    /// A GET is in flight.
+    InFlight,
+    /// Answered that it does not hold the record (kept across rounds: it is evidence).
+    NotFound,
+    /// Declined for lack of capacity; skipped until `until` by the read's own reckoning.
+    Refused { until: Instant },
+    /// No usable answer this round (dial failure, timeout, bad response).
+    Failed,
+}
+
+/// One known peer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Candidate {
+    pub(crate) peer: PeerId,
+    pub(crate) distance: Distance,
+    pub(crate) tried: Tried,
+}
+
+/// Known peers ordered nearest-first, deduplicated, at most [`MAX_CANDIDATES`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Candidates {
+    list: SmallVec<[Candidate; INLINE_CANDIDATES]>,
+}
+
+impl Candidates {
+    /// Adds `peer` in distance order unless known; when full, keeps the nearest.
+    pub(crate) fn insert(&mut self, key: &Key, peer: PeerId) {
+        let distance = key.distance(&peer);
+        let pos = match self.list.binary_search_by(|c| c.distance.cmp(&distance)) {
+            Ok(_) => return, // same distance from one key means same peer
+            Err(pos) => pos,
+        };
+        if pos >= MAX_CANDIDATES {
+            return;
+        }
+        if self.list.len() == MAX_CANDIDATES {
+            // Drop the farthest peer that is not mid-GET; if every one is, keep the list.
+            let Some(victim) = self.list.iter().rposition(|c| c.tried != Tried::InFlight) else {
+                return;
+            };
+            if victim < pos {
+                return;
+            }
+            self.list.remove(victim);
+        }
+        if self.list.len() == INLINE_CANDIDATES {
+            // Spill once, straight to the bound: one allocation, never a growth series.
+            self.list.reserve_exact(MAX_CANDIDATES - INLINE_CANDIDATES);
+        }
+        self.list.insert(
+            pos,
+            Candidate {
+                peer,
+                distance,
+                tried: Tried::Untried,
+            },
+        );
+    }
+
+    pub(crate) fn as_slice(&self) -> &[Candidate] {
+        &self.list
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub(crate) fn get(&self, peer: &PeerId) -> Option<&Candidate> {
+        self.list.iter().find(|c| c.peer == *peer)
+    }
+
+    pub(crate) fn set(&mut self, peer: &PeerId, tried: Tried) {
+        if let Some(c) = self.list.iter_mut().find(|c| c.peer == *peer) {
+            c.tried = tried;
+        }
+    }
+
+    pub(crate) fn set_at(&mut self, index: usize, tried: Tried) {
+        self.list[index].tried = tried;
+    }
+
+    /// How many candidates nearer than `distance` answered `NotFound`.
+    pub(crate) fn not_found_nearer_than(&self, distance: &Distance) -> usize {
+        self.list
+            .iter()
+            .take_while(|c| c.distance < *distance)
+            .filter(|c| c.tried == Tried::NotFound)
+            .count()
+    }
+
+    /// How many candidates answered `NotFound`.
+    pub(crate) fn not_found(&self) -> usize {
+        self.list
+            .iter()
+            .filter(|c| c.tried == Tried::NotFound)
+            .count()
+    }
+
+    /// A new round asks again everyone who did not answer `NotFound`.
+    pub(crate) fn reset_for_round(&mut self) {
+        for c in &mut self.list {
+            if matches!(c.tried, Tried::Refused { .. } | Tried::Failed) {
+                c.tried = Tried::Untried;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_nearest_bounded_and_deduplicated() {
+        let key = Key::from_u64(0);
+        let mut c = Candidates::default();
+        for n in (0..100u64).rev() {
+            c.insert(&key, PeerId::from_u64(n));
+            c.insert(&key, PeerId::from_u64(n));
+        }
+        assert_eq!(c.len(), MAX_CANDIDATES);
+        let ids: Vec<PeerId> = c.as_slice().iter().map(|c| c.peer).collect();
+        let want: Vec<PeerId> = (0..MAX_CANDIDATES as u64).map(PeerId::from_u64).collect();
+        assert_eq!(ids, want);
+    }
+}

@@ -1,0 +1,573 @@
+//! The read-round state machine. See [`Read`].
+
+use smallvec::SmallVec;
+
+use crate::placement::{Key, PeerId};
+use crate::rng::{seeded, ChaCha8Rng};
+use crate::time::{Duration, Instant};
+
+use super::candidates::{Candidates, Tried};
+use super::choice::ChoiceOption;
+use super::config::{ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
+use super::outcome::{Action, GetId, GetOutcome, OriginOutcome, ReadOutcome};
+use super::timers::{Timer, Timers};
+use super::view::PeerView;
+use crate::cooldown::{DEFAULT_MAX_RETRY_AFTER, DEFAULT_REFUSED_COOLDOWN};
+use crate::placement::Distance;
+
+/// Most peers one round remembers as skipped for a refusal (beyond refused candidates).
+/// Bounded like the candidate list: a view listing thousands of refusals costs the read no
+/// more than [`MAX_CANDIDATES`] entries; the nearest are kept, since only near peers can
+/// count as possible holders.
+pub const MAX_SKIPPED: usize = MAX_CANDIDATES;
+
+/// One GET in flight.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    id: GetId,
+    peer: PeerId,
+    sent_at: Instant,
+    deadline: Instant,
+}
+
+/// Where the read is.
+#[derive(Clone, Debug)]
+enum Phase {
+    /// A round is about to start: the next action is its lookup.
+    Start,
+    /// A round is running: GETs go out as candidates allow.
+    Round {
+        /// Whether the lookup answered (or timed out); a round ends only after it has.
+        lookup_done: bool,
+    },
+    /// Between rounds (refusal wait or retry pause); [`Timer::Wait`] is armed.
+    Waiting,
+    /// Peers could not serve the record; the origin is asked.
+    Origin {
+        requested: bool,
+        /// What to report if the origin fails too.
+        fallback: ReadOutcome,
+    },
+    /// The outcome, until `Done` is emitted (then `None`).
+    Finished(Option<ReadOutcome>),
+}
+
+/// Counters describing how a read went (for reports and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Rounds started (each begins with a lookup).
+    pub rounds: u32,
+    /// GETs sent.
+    pub gets: u32,
+    /// Hedge GETs sent (a second GET while one was in flight).
+    pub hedges: u32,
+    /// Waits for refusing possible holders.
+    pub refusal_waits: u32,
+    /// Retry pauses with nobody refusing.
+    pub plain_retries: u32,
+}
+
+/// One read of one record: the read-round state machine.
+///
+/// # What it does
+///
+/// Each round starts with a lookup ([`Action::Lookup`]). GETs go first to the close group
+/// as currently known (the nearest `close_group_size` candidates), picked among the members
+/// not yet asked by the configured [`Spread`](super::Spread); past the close group, nearest
+/// first. Peers the [`PeerView`] calls ineligible or refusing are never asked. A single
+/// GET unanswered after the hedge delay gets a second one alongside; never more than
+/// [`MAX_GETS_IN_FLIGHT`]. The first `Found` ends the read (the other GET is cancelled).
+/// A round that finds nothing ends, in this order: waiting out refusing possible holders
+/// (up to `max_refusal_waits`, then [`ReadOutcome::Busy`]); [`ReadOutcome::Absent`] if a
+/// close group's worth of peers answered `NotFound`; one retry round after
+/// `retry_delay`; then [`ReadOutcome::Unavailable`]. With `origin` configured, a read that
+/// peers cannot serve ends with [`Action::FetchOrigin`]. `docs/read.md` has the full rules.
+///
+/// # Driving contract
+///
+/// - Inputs: [`handle_lookup`](Self::handle_lookup) (and optionally
+///   [`handle_lookup_progress`](Self::handle_lookup_progress) for early reads),
+///   [`handle_get`](Self::handle_get), [`handle_origin`](Self::handle_origin),
+///   [`handle_timeout`](Self::handle_timeout). Each takes `now`.
+/// - Outputs: after every input (and after construction), call
+///   [`poll_action`](Self::poll_action) until it returns `None`, then arm a timer for
+///   [`poll_timeout`](Self::poll_timeout). Decisions are taken inside `poll_action`, which
+///   is why it takes the [`PeerView`]: eligibility, refusals and load are read at that
+///   moment. [`Action::Done`] is emitted exactly once, last; afterwards `poll_action`
+///   and `poll_timeout` return `None` and inputs are ignored.
+/// - Lookups: answer [`Action::Lookup`] with `handle_lookup(now, peers)` (any order, any
+///   count; the read keeps the nearest [`MAX_CANDIDATES`]). An integrator that already
+///   knows the candidates (roster placement) may call `handle_lookup` before the first
+///   `poll_action`; that round then emits no `Lookup`. Results arriving outside a round
+///   are ignored.
+/// - GETs: answer each [`Action::Get`] exactly once with `handle_get(now, id, outcome)`,
+///   unless it was cancelled ([`Action::Cancel`]); late or unknown ids are ignored. A GET
+///   the driver never answers is abandoned after `get_timeout` (with a `Cancel`).
+/// - Time: `handle_timeout(now)` at or after the `poll_timeout` deadline; a spurious or
+///   early call is harmless. `poll_timeout` never returns a deadline that stays in the past
+///   after `handle_timeout`. Time must not go backwards; if it does, the machine uses the
+///   latest instant it has seen instead (it never panics).
+/// - Randomness: the machine owns a ChaCha8 generator seeded in [`Read::new`], drawn only
+///   by the spreading choice. Same seed, same inputs, same view answers: same actions.
+#[derive(Clone, Debug)]
+pub struct Read {
+    key: Key,
+    config: ReadConfig,
+    rng: ChaCha8Rng,
+    now: Instant,
+    phase: Phase,
+    candidates: Candidates,
+    in_flight: SmallVec<[InFlight; MAX_GETS_IN_FLIGHT]>,
+    /// Cancels to emit before anything else.
+    cancels: SmallVec<[GetId; MAX_GETS_IN_FLIGHT]>,
+    timers: Timers,
+    /// The hedge timer fired while no candidate could take the hedge; send it as soon as
+    /// one can.
+    hedge_due: bool,
+    /// Peers seen skipped for a refusal this round (view listing at round start, or found
+    /// refusing when chosen), nearest kept.
+    skipped: SmallVec<[(Distance, PeerId); 4]>,
+    /// Whether this round's view of refusals has been recorded in `skipped`.
+    round_snapshot: bool,
+    next_get: u32,
+    stats: ReadStats,
+}
+
+impl Read {
+    /// A read of `key` starting at `now`, its spreading choice seeded with `seed`.
+    ///
+    /// Fails only if `config` is out of range ([`ReadConfig::validate`]).
+    pub fn new(
+        key: Key,
+        config: ReadConfig,
+        now: Instant,
+        seed: u64,
+    ) -> Result<Self, ReadConfigError> {
+        config.validate()?;
+        Ok(Read {
+            key,
+            config,
+            rng: seeded(seed),
+            now,
+            phase: Phase::Start,
+            candidates: Candidates::default(),
+            in_flight: SmallVec::new(),
+            cancels: SmallVec::new(),
+            timers: Timers::default(),
+            hedge_due: false,
+            skipped: SmallVec::new(),
+            round_snapshot: false,
+            next_get: 0,
+            stats: ReadStats::default(),
+        })
+    }
+
+    /// The record this read is for.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &ReadConfig {
+        &self.config
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ReadStats {
+        self.stats
+    }
+
+    /// GETs currently in flight (never more than [`MAX_GETS_IN_FLIGHT`]).
+    pub fn gets_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Whether `Done` has been emitted.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Finished(None))
+    }
+
+    fn clock(&mut self, now: Instant) -> Instant {
+        if now > self.now {
+            self.now = now;
+        }
+        self.now
+    }
+
+    /// Early lookup results: peers discovery has found so far, before it finishes. GETs may
+    /// go to them at once (choosing within the close group they form, then nearest-first);
+    /// the round cannot end until [`handle_lookup`](Self::handle_lookup) is called or the
+    /// lookup times out.
+    pub fn handle_lookup_progress(&mut self, now: Instant, peers: &[PeerId]) {
+        self.clock(now);
+        match self.phase {
+            Phase::Start => {
+                self.merge(peers);
+            }
+            Phase::Round { .. } => self.merge(peers),
+            _ => {}
+        }
+    }
+
+    /// The lookup's answer: the peers discovery found, in any order. Completes the round's
+    /// lookup. See the driving contract for calls before the first `poll_action`.
+    pub fn handle_lookup(&mut self, now: Instant, peers: &[PeerId]) {
+        self.clock(now);
+        match self.phase {
+            Phase::Start => {
+                // Candidates supplied up front: this round needs no lookup action.
+                self.merge(peers);
+                self.start_round(true);
+            }
+            Phase::Round { .. } => {
+                self.merge(peers);
+                self.timers.clear(Timer::Lookup);
+                self.phase = Phase::Round { lookup_done: true };
+            }
+            _ => {}
+        }
+    }
+
+    fn merge(&mut self, peers: &[PeerId]) {
+        for p in peers {
+            self.candidates.insert(&self.key, *p);
+        }
+    }
+
+    fn start_round(&mut self, lookup_done: bool) {
+        self.stats.rounds += 1;
+        self.phase = Phase::Round { lookup_done };
+        self.round_snapshot = false;
+    }
+
+    /// The answer to GET `id`. Unknown, cancelled or repeated ids are ignored.
+    pub fn handle_get(&mut self, now: Instant, id: GetId, outcome: GetOutcome) {
+        let now = self.clock(now);
+        let Some(pos) = self.in_flight.iter().position(|g| g.id == id) else {
+            return;
+        };
+        let get = self.in_flight.remove(pos);
+        match outcome {
+            GetOutcome::Found(bytes) => {
+                for other in self.in_flight.drain(..) {
+                    self.cancels.push(other.id);
+                }
+                self.timers = Timers::default();
+                self.phase = Phase::Finished(Some(ReadOutcome::Found(bytes)));
+                return;
+            }
+            GetOutcome::NotFound => self.candidates.set(&get.peer, Tried::NotFound),
+            GetOutcome::Refused { retry_after } => {
+                let cooldown = retry_after
+                    .map(|ra| ra.min(DEFAULT_MAX_RETRY_AFTER))
+                    .unwrap_or(DEFAULT_REFUSED_COOLDOWN);
+                self.candidates.set(
+                    &get.peer,
+                    Tried::Refused {
+                        until: now + cooldown,
+                    },
+                );
+            }
+            GetOutcome::Failed => self.candidates.set(&get.peer, Tried::Failed),
+        }
+        self.rearm_hedge();
+    }
+
+    /// The origin's answer to [`Action::FetchOrigin`]. Ignored unless one is outstanding.
+    pub fn handle_origin(&mut self, now: Instant, outcome: OriginOutcome) {
+        self.clock(now);
+        if let Phase::Origin {
+            requested: true,
+            fallback,
+        } = &self.phase
+        {
+            let result = match outcome {
+                OriginOutcome::Found(b) => ReadOutcome::FoundAtOrigin(b),
+                OriginOutcome::NotFound => ReadOutcome::Absent,
+                OriginOutcome::Failed => fallback.clone(),
+            };
+            self.timers.clear(Timer::Origin);
+            self.phase = Phase::Finished(Some(result));
+        }
+    }
+
+    /// Processes every deadline that has passed by `now`. Harmless when nothing is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let now = self.clock(now);
+        if matches!(self.phase, Phase::Finished(_)) {
+            return;
+        }
+        // GETs unanswered for too long are abandoned.
+        let mut i = 0;
+        while i < self.in_flight.len() {
+            if self.in_flight[i].deadline <= now {
+                let get = self.in_flight.remove(i);
+                self.candidates.set(&get.peer, Tried::Failed);
+                self.cancels.push(get.id);
+            } else {
+                i += 1;
+            }
+        }
+        self.rearm_hedge();
+        if self.timers.take_expired(Timer::Hedge, now) {
+            self.hedge_due = true;
+        }
+        if self.timers.take_expired(Timer::Lookup, now) {
+            if let Phase::Round { .. } = self.phase {
+                self.phase = Phase::Round { lookup_done: true };
+            }
+        }
+        if self.timers.take_expired(Timer::Wait, now) {
+            if let Phase::Waiting = self.phase {
+                self.candidates.reset_for_round();
+                self.skipped.clear();
+                self.hedge_due = false;
+                self.phase = Phase::Start;
+            }
+        }
+        if self.timers.take_expired(Timer::Origin, now) {
+            if let Phase::Origin { fallback, .. } = &self.phase {
+                self.phase = Phase::Finished(Some(fallback.clone()));
+            }
+        }
+    }
+
+    /// Keeps the hedge timer consistent with the GETs in flight: armed for the single GET
+    /// in flight (at its send time plus the hedge delay), disarmed otherwise.
+    fn rearm_hedge(&mut self) {
+        match self.in_flight.as_slice() {
+            [only] => {
+                if self.timers.get(Timer::Hedge).is_none() && !self.hedge_due {
+                    self.timers
+                        .set(Timer::Hedge, only.sent_at + self.config.hedge_delay);
+                }
+            }
+            _ => {
+                self.timers.clear(Timer::Hedge);
+                self.hedge_due = false;
+            }
+        }
+    }
+
+    /// The earliest deadline at which [`handle_timeout`](Self::handle_timeout) has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if matches!(self.phase, Phase::Finished(_)) {
+            return None;
+        }
+        let gets = self.in_flight.iter().map(|g| g.deadline).min();
+        match (self.timers.earliest(), gets) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next action for the driver, deciding with `view`'s current answers. Call until
+    /// `None` after every input.
+    #[must_use]
+    pub fn poll_action(&mut self, now: Instant, view: &impl PeerView) -> Option<Action> {
+        let now = self.clock(now);
+        if !self.cancels.is_empty() {
+            return Some(Action::Cancel {
+                id: self.cancels.remove(0),
+            });
+        }
+        loop {
+            match &mut self.phase {
+                Phase::Finished(outcome) => return outcome.take().map(Action::Done),
+                Phase::Waiting => return None,
+                Phase::Origin { requested, .. } => {
+                    if *requested {
+                        return None;
+                    }
+                    *requested = true;
+                    self.timers
+                        .set(Timer::Origin, now + self.config.origin_timeout);
+                    return Some(Action::FetchOrigin);
+                }
+                Phase::Start => {
+                    self.start_round(false);
+                    self.snapshot_refusals(now, view);
+                    self.timers
+                        .set(Timer::Lookup, now + self.config.lookup_timeout);
+                    return Some(Action::Lookup);
+                }
+                Phase::Round { lookup_done } => {
+                    let lookup_done = *lookup_done;
+                    if !self.round_snapshot {
+                        self.snapshot_refusals(now, view);
+                    }
+                    if self.may_send(now) {
+                        if let Some(index) = self.choose(now, view) {
+                            return Some(self.send(now, index));
+                        }
+                    }
+                    if lookup_done && self.in_flight.is_empty() {
+                        self.conclude_round(now, view);
+                        continue;
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+
+    fn may_send(&self, now: Instant) -> bool {
+        match self.in_flight.len() {
+            0 => true,
+            1 => self.hedge_due || self.timers.get(Timer::Hedge).is_some_and(|at| at <= now),
+            _ => false,
+        }
+    }
+
+    /// Records the view's refusals at the start of a round, so a peer whose refusal ends
+    /// during the round still counts at its end.
+    fn snapshot_refusals(&mut self, now: Instant, view: &impl PeerView) {
+        self.round_snapshot = true;
+        let key = self.key;
+        let mut skipped = core::mem::take(&mut self.skipped);
+        view.for_each_refused(now, &mut |peer, _left| {
+            note_skipped(&mut skipped, key.distance(&peer), peer);
+        });
+        self.skipped = skipped;
+    }
+
+    /// Picks the next candidate to ask, if any: the spread among untried, eligible members
+    /// of the close group as currently known, else the nearest untried eligible peer.
+    fn choose(&mut self, now: Instant, view: &impl PeerView) -> Option<usize> {
+        let group = self.config.close_group_size.min(self.candidates.len());
+        let mut options: SmallVec<[(usize, ChoiceOption); 8]> = SmallVec::new();
+        let mut fallback = None;
+        for (index, c) in self.candidates.as_slice().iter().enumerate() {
+            if c.tried != Tried::Untried {
+                continue;
+            }
+            if view.refused_for(now, &c.peer).is_some() {
+                note_skipped(&mut self.skipped, c.distance, c.peer);
+                continue;
+            }
+            if !view.eligible(now, &c.peer) {
+                continue;
+            }
+            if index < group {
+                options.push((
+                    index,
+                    ChoiceOption {
+                        peer: c.peer,
+                        rank: index,
+                        in_flight: view.in_flight(&c.peer),
+                    },
+                ));
+            } else {
+                fallback = Some(index);
+                break; // nearest-first past the close group
+            }
+        }
+        if options.is_empty() {
+            return fallback;
+        }
+        let plain: SmallVec<[ChoiceOption; 8]> = options.iter().map(|(_, o)| *o).collect();
+        let pick = self.config.spread.choose(&plain, &mut self.rng);
+        Some(options[pick].0)
+    }
+
+    fn send(&mut self, now: Instant, index: usize) -> Action {
+        let peer = self.candidates.as_slice()[index].peer;
+        self.candidates.set_at(index, Tried::InFlight);
+        let id = GetId(self.next_get);
+        self.next_get = self.next_get.wrapping_add(1);
+        if !self.in_flight.is_empty() {
+            self.stats.hedges += 1;
+        }
+        self.stats.gets += 1;
+        self.in_flight.push(InFlight {
+            id,
+            peer,
+            sent_at: now,
+            deadline: now + self.config.get_timeout,
+        });
+        self.hedge_due = false;
+        self.timers.clear(Timer::Hedge);
+        self.rearm_hedge();
+        Action::Get { id, peer }
+    }
+
+    /// A round ended without finding the record. Decide: wait out refusals, Busy, Absent,
+    /// retry, or give up.
+    fn conclude_round(&mut self, now: Instant, view: &impl PeerView) {
+        let group = self.config.close_group_size;
+        let mut shortest: Option<Duration> = None;
+        let mut consider = |this: &Self, distance: Distance, peer: PeerId, own: Duration| {
+            if let Some(c) = this.candidates.get(&peer) {
+                if c.tried == Tried::NotFound {
+                    return; // it answered for itself
+                }
+            }
+            if this.candidates.not_found_nearer_than(&distance) >= group {
+                return; // a close group of nearer peers already answered
+            }
+            let left = view
+                .refused_for(now, &peer)
+                .unwrap_or(Duration::ZERO)
+                .max(own);
+            shortest = Some(shortest.map_or(left, |s| s.min(left)));
+        };
+        for c in self.candidates.as_slice() {
+            if let Tried::Refused { until } = c.tried {
+                consider(self, c.distance, c.peer, until - now);
+            }
+        }
+        for &(distance, peer) in &self.skipped {
+            consider(self, distance, peer, Duration::ZERO);
+        }
+        let key = self.key;
+        view.for_each_refused(now, &mut |peer, _| {
+            consider(self, key.distance(&peer), peer, Duration::ZERO);
+        });
+
+        if let Some(left) = shortest {
+            if self.stats.refusal_waits < self.config.max_refusal_waits {
+                self.stats.refusal_waits += 1;
+                self.wait(now, left.max(self.config.retry_delay));
+            } else {
+                self.finish(ReadOutcome::Busy);
+            }
+        } else if self.candidates.not_found() >= group {
+            self.finish(ReadOutcome::Absent);
+        } else if self.stats.plain_retries < self.config.max_plain_retries {
+            self.stats.plain_retries += 1;
+            self.wait(now, self.config.retry_delay);
+        } else {
+            self.finish(ReadOutcome::Unavailable);
+        }
+    }
+
+    fn wait(&mut self, now: Instant, d: Duration) {
+        self.timers.set(Timer::Wait, now + d);
+        self.phase = Phase::Waiting;
+    }
+
+    fn finish(&mut self, outcome: ReadOutcome) {
+        self.timers = Timers::default();
+        self.phase = if self.config.origin {
+            Phase::Origin {
+                requested: false,
+                fallback: outcome,
+            }
+        } else {
+            Phase::Finished(Some(outcome))
+        };
+    }
+}
+
+/// Adds a skipped peer, deduplicated, keeping the nearest [`MAX_SKIPPED`].
+fn note_skipped(skipped: &mut SmallVec<[(Distance, PeerId); 4]>, distance: Distance, peer: PeerId) {
+    match skipped.binary_search_by(|(d, _)| d.cmp(&distance)) {
+        Ok(_) => {}
+        Err(pos) => {
+            if pos < MAX_SKIPPED {
+                skipped.insert(pos, (distance, peer));
+                skipped.truncate(MAX_SKIPPED);
+            }
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! The read engine: one sans-IO state machine per read of one record.
+//!
+//! A hot record must be read from its whole close group, not from the one nearest holder;
+//! a slow holder is hedged, a dead one is routed around, and a holder that is only busy
+//! (refusing for lack of capacity) is waited for instead of being reported as a missing
+//! record. [`Read`] implements those rules; its doc comment states the driving contract,
+//! and `docs/read.md` states the rules and how each reference rule was interpreted.
+//!
+//! The pieces:
+//!
+//! - [`config`]: [`ReadConfig`] and its named defaults and bounds.
+//! - [`choice`]: [`Spread`], the injected choice among close-group members.
+//! - [`view`]: [`PeerView`], the driver's breaker/cooldown/load knowledge the machine asks
+//!   at decision time, its implementation for [`CooldownTable`](crate::cooldown::CooldownTable),
+//!   and [`StaticView`] for tests and simulations.
+//! - [`outcome`]: [`Action`], [`GetOutcome`], [`OriginOutcome`], [`ReadOutcome`].
+//! - [`hedge`]: [`HedgeEstimator`], the optional adaptive hedge delay.
+
+mod candidates;
+pub mod choice;
+pub mod config;
+pub mod hedge;
+mod machine;
+pub mod outcome;
+mod timers;
+pub mod view;
+
+pub use choice::{ChoiceOption, CustomChoice, Spread};
+pub use config::{ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
+pub use hedge::HedgeEstimator;
+pub use machine::{Read, ReadStats, MAX_SKIPPED};
+pub use outcome::{Action, GetId, GetOutcome, OriginOutcome, ReadOutcome};
+pub use view::{PeerView, StaticView};

@@ -1,0 +1,98 @@
+//! What goes into and comes out of a [`Read`](super::Read): GET outcomes in, actions and
+//! the final [`ReadOutcome`] out.
+
+use bytes::Bytes;
+
+use crate::placement::PeerId;
+use crate::time::Duration;
+
+/// Names one GET this read asked for, so its answer (or cancellation) can be matched. Ids
+/// are unique within one read and increase in the order the GETs were asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GetId(pub u32);
+
+/// How one GET to one peer ended, as the driver classified it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GetOutcome {
+    /// The peer returned the record, already verified by the driver against the key (a
+    /// wrong body is [`GetOutcome::Failed`], not `Found`).
+    Found(Bytes),
+    /// The peer answered that it does not hold the record.
+    NotFound,
+    /// The peer is alive but full and declined, optionally saying when to come back. The
+    /// driver should also record this in the cooldown table behind its
+    /// [`PeerView`](super::PeerView).
+    Refused {
+        /// The peer's `Retry-After`, if it sent one.
+        retry_after: Option<Duration>,
+    },
+    /// No usable answer: dial failure, timeout, reset, malformed or unverifiable response.
+    Failed,
+}
+
+/// How the optional origin fetch ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OriginOutcome {
+    /// The origin returned the record.
+    Found(Bytes),
+    /// The origin answered that the record does not exist.
+    NotFound,
+    /// The origin could not be reached or answered with an error.
+    Failed,
+}
+
+/// The result of a read. Distinct outcomes, each only when it is true.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// A peer returned the record.
+    Found(Bytes),
+    /// The origin returned the record after the peers could not.
+    FoundAtOrigin(Bytes),
+    /// Authoritative: a close group's worth of the nearest peers answered `NotFound` and no
+    /// possible holder was refusing (or the origin said it does not exist).
+    Absent,
+    /// Possible holders were still refusing after the allowed refusal waits: try again
+    /// shortly. Never reported as absence.
+    Busy,
+    /// Not enough holders could be reached (timeouts, dial failures, open circuits, too
+    /// few candidates) to prove anything.
+    Unavailable,
+}
+
+impl ReadOutcome {
+    /// The record's bytes, if the read found it anywhere.
+    pub fn bytes(&self) -> Option<&Bytes> {
+        match self {
+            ReadOutcome::Found(b) | ReadOutcome::FoundAtOrigin(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// What the machine asks its driver to do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Start a lookup (discovery) for this read's key. Answer with
+    /// [`Read::handle_lookup`](super::Read::handle_lookup) (and, optionally, earlier partial
+    /// results with [`Read::handle_lookup_progress`](super::Read::handle_lookup_progress)).
+    Lookup,
+    /// Send a GET for this read's key to `peer`; answer with
+    /// [`Read::handle_get`](super::Read::handle_get) quoting `id`.
+    Get {
+        /// The GET's id within this read.
+        id: GetId,
+        /// Where to send it.
+        peer: PeerId,
+    },
+    /// Abandon GET `id`: the read no longer needs its answer (found elsewhere, or the GET
+    /// outlived its timeout). An answer arriving afterwards is ignored.
+    Cancel {
+        /// The GET to abandon.
+        id: GetId,
+    },
+    /// Fetch the record from the configured origin; answer with
+    /// [`Read::handle_origin`](super::Read::handle_origin).
+    FetchOrigin,
+    /// The read is over. Emitted exactly once, last.
+    Done(ReadOutcome),
+}

@@ -1,0 +1,119 @@
+//! What the read machine asks its driver at decision time: [`PeerView`].
+//!
+//! The machine owns no breaker, no cooldown table and no load counters: those are shared by
+//! every read (and every exchange) of a client, so the driver owns them and answers for
+//! them through this trait. The machine asks only while deciding (in
+//! [`Read::poll_action`](super::Read::poll_action)), so the answers are always current.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::cooldown::CooldownTable;
+use crate::placement::PeerId;
+use crate::time::{Duration, Instant};
+
+/// The driver's knowledge about peers, consulted by the read machine.
+pub trait PeerView {
+    /// Whether a GET may go to `peer` now: not suppressed by a cooldown, circuit not open.
+    /// The machine never sends a GET to an ineligible peer.
+    fn eligible(&self, now: Instant, peer: &PeerId) -> bool;
+
+    /// If `peer` is skipped because it refused, how much longer. A refused peer should
+    /// also be ineligible; the machine treats it as ineligible either way.
+    fn refused_for(&self, now: Instant, peer: &PeerId) -> Option<Duration>;
+
+    /// This client's requests in flight to `peer` (for load-aware spreading). Default 0.
+    fn in_flight(&self, _peer: &PeerId) -> u32 {
+        0
+    }
+
+    /// Calls `f` for every peer currently skipped for a refusal, with its time left,
+    /// including peers discovery left out of its answer. The default reports none (a
+    /// transport without refusals), which keeps the single-retry behaviour.
+    fn for_each_refused(&self, _now: Instant, _f: &mut dyn FnMut(PeerId, Duration)) {}
+}
+
+/// A cooldown table keyed by peer id is a complete view of dial-level suppression: a
+/// suppressed peer is ineligible, and its refusals are listed. (No load, no breaker: a
+/// driver combining several sources implements [`PeerView`] itself and delegates here.)
+impl PeerView for CooldownTable<PeerId> {
+    fn eligible(&self, now: Instant, peer: &PeerId) -> bool {
+        !self.is_suppressed(now, peer)
+    }
+
+    fn refused_for(&self, now: Instant, peer: &PeerId) -> Option<Duration> {
+        CooldownTable::refused_for(self, now, peer)
+    }
+
+    fn for_each_refused(&self, now: Instant, f: &mut dyn FnMut(PeerId, Duration)) {
+        for (p, left) in self.refusals(now) {
+            f(*p, left);
+        }
+    }
+}
+
+/// A plain, explicit view for tests and simulations: sets of blocked peers, refusal end
+/// instants and load counters, all in ordered maps so iteration never depends on hashing.
+#[derive(Clone, Debug, Default)]
+pub struct StaticView {
+    /// Peers that are never eligible (circuit open, long failure).
+    pub blocked: BTreeSet<PeerId>,
+    /// Peers refusing until the given instant (exclusive).
+    pub refused_until: BTreeMap<PeerId, Instant>,
+    /// Requests in flight per peer.
+    pub load: BTreeMap<PeerId, u32>,
+}
+
+impl StaticView {
+    /// An empty view: everyone eligible, nobody refusing, no load.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Marks `peer` as refusing until `until`.
+    pub fn refuse_until(&mut self, peer: PeerId, until: Instant) {
+        self.refused_until.insert(peer, until);
+    }
+
+    /// Marks `peer` ineligible.
+    pub fn block(&mut self, peer: PeerId) {
+        self.blocked.insert(peer);
+    }
+}
+
+impl PeerView for StaticView {
+    fn eligible(&self, now: Instant, peer: &PeerId) -> bool {
+        !self.blocked.contains(peer) && self.refused_for(now, peer).is_none()
+    }
+
+    fn refused_for(&self, now: Instant, peer: &PeerId) -> Option<Duration> {
+        let until = *self.refused_until.get(peer)?;
+        (until > now).then(|| until - now)
+    }
+
+    fn in_flight(&self, peer: &PeerId) -> u32 {
+        self.load.get(peer).copied().unwrap_or(0)
+    }
+
+    fn for_each_refused(&self, now: Instant, f: &mut dyn FnMut(PeerId, Duration)) {
+        for (p, until) in &self.refused_until {
+            if *until > now {
+                f(*p, *until - now);
+            }
+        }
+    }
+}
+
+impl<V: PeerView + ?Sized> PeerView for &V {
+    fn eligible(&self, now: Instant, peer: &PeerId) -> bool {
+        (**self).eligible(now, peer)
+    }
+    fn refused_for(&self, now: Instant, peer: &PeerId) -> Option<Duration> {
+        (**self).refused_for(now, peer)
+    }
+    fn in_flight(&self, peer: &PeerId) -> u32 {
+        (**self).in_flight(peer)
+    }
+    fn for_each_refused(&self, now: Instant, f: &mut dyn FnMut(PeerId, Duration)) {
+        (**self).for_each_refused(now, f)
+    }
+}

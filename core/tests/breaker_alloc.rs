@@ -1,0 +1,85 @@
+//! Steady-state admit + record on a breaker tracking 4,096 peers performs no heap
+//! allocation (a counting global allocator, counting only on the measuring thread).
+
+use peerblock_core::breaker::{Breaker, BreakerConfig, Outcome};
+use peerblock_core::time::{Duration, Instant};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+struct Counting;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCS.with(|a| a.set(a.get() + 1));
+        }
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCS.with(|a| a.set(a.get() + 1));
+        }
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn addr(i: u32) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(0x0a00_0000 | i), 7070))
+}
+
+#[test]
+fn steady_state_admit_and_record_do_not_allocate() {
+    let mut b: Breaker<SocketAddr> = Breaker::new(BreakerConfig::default()).unwrap();
+    let peers: Vec<SocketAddr> = (0..4096).map(addr).collect();
+    let mut now = Instant::ZERO;
+    // Warm up: every peer tracked, a few of them sick.
+    for (i, p) in peers.iter().enumerate() {
+        let permit = b.admit(now, p).unwrap();
+        let outcome = if i % 64 == 0 {
+            Outcome::HardFailure
+        } else {
+            Outcome::Answered
+        };
+        b.record(now, permit, outcome);
+    }
+    assert_eq!(b.len(), 4096);
+
+    // The counter itself works: one allocation is seen.
+    COUNTING.with(|c| c.set(true));
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(1)));
+    assert_eq!(ALLOCS.with(Cell::get), 1, "counting allocator is live");
+    ALLOCS.with(|a| a.set(0));
+    for round in 0..50u32 {
+        now += Duration::from_millis(250);
+        for (i, p) in peers.iter().enumerate() {
+            let outcome = match (i as u32 + round) % 97 {
+                0 => Outcome::HardFailure,
+                1..=3 => Outcome::SoftFailure,
+                _ => Outcome::Answered,
+            };
+            if let Ok(permit) = b.admit(now, p) {
+                b.record(now, permit, outcome);
+            }
+            let _ = b.healthy(now, p);
+        }
+    }
+    COUNTING.with(|c| c.set(false));
+    assert_eq!(b.len(), 4096);
+    assert!(b.open_count() > 0, "the workload exercises open circuits");
+    assert_eq!(ALLOCS.with(Cell::get), 0, "steady state allocated");
+}

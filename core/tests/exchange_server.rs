@@ -1,0 +1,759 @@
+//! Server connection machine: every status path, hop validation, admission at each limit,
+//! explicit refusal, budgets released on every path, pipelining order, relay decisions.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use peerblock_core::server::{
+    encode_refusal, Accept, Admission, AdmissionConfig, RateLimit, Refusal, RefusalReason,
+    RelayConfig, RequestId, ServerConfig, ServerConnection, ServerEvent, SourceRequest,
+    SourceResult, Transmit, DEFAULT_IDLE_TIMEOUT,
+};
+use peerblock_core::time::{Duration, Instant};
+use peerblock_core::wire::{BlockPath, ChunkKey, Hop};
+
+const T0: Instant = Instant::ZERO;
+
+fn path(n: u8) -> BlockPath {
+    BlockPath {
+        key: ChunkKey::from_array([n; 32]),
+        index: u64::from(n),
+    }
+}
+
+fn get(p: BlockPath, extra: &str) -> Vec<u8> {
+    format!("GET {p} HTTP/1.1\r\nHost: s\r\n{extra}\r\n").into_bytes()
+}
+
+fn config() -> Arc<ServerConfig> {
+    Arc::new(ServerConfig::new("node-a", "10.0.0.1:7070"))
+}
+
+fn relay_config(identity_ok: bool) -> Arc<ServerConfig> {
+    let mut c = ServerConfig::new("node-a", "10.0.0.1:7070");
+    c.relay = Some(RelayConfig {
+        max_hop: 3,
+        max_block_index: 1000,
+    });
+    c.identity = Arc::new(move |_: &str, _: &[u8], _: u64| identity_ok);
+    Arc::new(c)
+}
+
+fn admission(c: AdmissionConfig) -> Admission<u32> {
+    Admission::new(c).unwrap()
+}
+
+fn accept(
+    adm: &mut Admission<u32>,
+    source: u32,
+    config: Arc<ServerConfig>,
+) -> ServerConnection<u32> {
+    match ServerConnection::accept(T0, adm, source, config) {
+        Accept::Admitted(c) => c,
+        Accept::Refused { refusal, .. } => panic!("refused: {refusal:?}"),
+    }
+}
+
+fn events(conn: &mut ServerConnection<u32>) -> Vec<ServerEvent> {
+    std::iter::from_fn(|| conn.poll_event()).collect()
+}
+
+fn fetch_ids(events: &[ServerEvent]) -> Vec<(RequestId, SourceRequest)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::Fetch { id, request } => Some((*id, request.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Drains transmits, acknowledging each as written.
+fn transmits(conn: &mut ServerConnection<u32>, adm: &mut Admission<u32>) -> Vec<Transmit> {
+    let mut out = Vec::new();
+    while let Some(t) = conn.poll_transmit() {
+        out.push(t);
+        conn.handle_transmitted(T0, adm);
+    }
+    out
+}
+
+fn head(t: &Transmit) -> String {
+    String::from_utf8(t.head.to_vec()).unwrap()
+}
+
+/// One request on a fresh connection; the source answers `result` if asked.
+fn serve_one(
+    config: Arc<ServerConfig>,
+    request: &[u8],
+    result: SourceResult,
+) -> (Vec<ServerEvent>, Vec<Transmit>, Admission<u32>) {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config);
+    assert_eq!(conn.handle_input(T0, &mut adm, request), request.len());
+    let evs = events(&mut conn);
+    for (id, _) in fetch_ids(&evs) {
+        conn.handle_source(T0, &mut adm, id, result.clone())
+            .unwrap();
+    }
+    let ts = transmits(&mut conn, &mut adm);
+    conn.close(T0, &mut adm);
+    (evs, ts, adm)
+}
+
+fn assert_released(adm: &Admission<u32>) {
+    assert_eq!(adm.sessions(), 0, "session slot leaked");
+    assert_eq!(adm.requests(), 0, "request slot leaked");
+    assert_eq!(adm.inflight_bytes(), 0, "byte budget leaked");
+}
+
+// ---- status paths ----
+
+#[test]
+fn found_block_is_200_with_content_length_node_and_the_same_bytes() {
+    let block = Bytes::from_static(b"0123456789");
+    let (evs, ts, adm) = serve_one(
+        config(),
+        &get(path(1), ""),
+        SourceResult::Found(block.clone()),
+    );
+    assert_eq!(fetch_ids(&evs).len(), 1);
+    let h = head(&ts[0]);
+    assert!(h.starts_with("HTTP/1.1 200 OK\r\n"), "{h}");
+    assert!(h.contains("Content-Length: 10\r\n"), "{h}");
+    assert!(h.contains("X-DART-Node: node-a\r\n"), "{h}");
+    assert_eq!(ts[0].body, block);
+    assert_eq!(
+        ts[0].body.as_ptr(),
+        block.as_ptr(),
+        "served without copying"
+    );
+    assert_released(&adm);
+}
+
+#[test]
+fn miss_is_a_clean_404() {
+    let (_, ts, _) = serve_one(config(), &get(path(1), ""), SourceResult::Miss);
+    let h = head(&ts[0]);
+    assert!(h.starts_with("HTTP/1.1 404 "), "{h}");
+    assert!(h.contains("X-DART-Node: node-a"));
+    assert!(!ts[0].close);
+}
+
+#[test]
+fn source_error_is_500() {
+    let (_, ts, _) = serve_one(config(), &get(path(1), ""), SourceResult::Failed);
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 500 "));
+}
+
+#[test]
+fn upstream_refusal_is_502_with_the_upstream_status() {
+    let (_, ts, _) = serve_one(
+        config(),
+        &get(path(1), ""),
+        SourceResult::UpstreamRefused { status: 403 },
+    );
+    let h = head(&ts[0]);
+    assert!(h.starts_with("HTTP/1.1 502 "), "{h}");
+    assert!(h.contains("X-DART-Upstream-Status: 403\r\n"), "{h}");
+}
+
+#[test]
+fn malformed_path_is_400_without_invoking_the_source() {
+    let (evs, ts, _) = serve_one(
+        config(),
+        b"GET /peer/v1/block/zz/1 HTTP/1.1\r\nHost: s\r\n\r\n",
+        SourceResult::Miss,
+    );
+    assert!(evs.is_empty(), "source invoked: {evs:?}");
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 400 "));
+}
+
+#[test]
+fn invalid_hop_is_400_and_the_source_is_never_invoked() {
+    for hop in ["-1", "+1", "-0", "abc", "", "99999999999", "1, 2"] {
+        let (evs, ts, adm) = serve_one(
+            config(),
+            &get(path(1), &format!("X-DART-Hop: {hop}\r\n")),
+            SourceResult::Miss,
+        );
+        assert!(evs.is_empty(), "hop {hop:?} invoked the source");
+        assert!(head(&ts[0]).starts_with("HTTP/1.1 400 "), "hop {hop:?}");
+        assert_released(&adm);
+    }
+    let (evs, _, _) = serve_one(
+        config(),
+        &get(path(1), "X-DART-Hop: 1\r\nX-DART-Hop: 2\r\n"),
+        SourceResult::Miss,
+    );
+    assert!(evs.is_empty(), "duplicate hop invoked the source");
+}
+
+#[test]
+fn any_non_negative_hop_is_accepted_at_the_wire_layer() {
+    for hop in ["0", "3", "4", "4294967295"] {
+        let (evs, ts, _) = serve_one(
+            config(),
+            &get(path(1), &format!("X-DART-Hop: {hop}\r\n")),
+            SourceResult::Miss,
+        );
+        assert_eq!(fetch_ids(&evs).len(), 1, "hop {hop}");
+        assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
+    }
+}
+
+#[test]
+fn non_get_is_405_and_unknown_path_is_404() {
+    let (evs, ts, _) = serve_one(
+        config(),
+        format!(
+            "POST {} HTTP/1.1\r\nHost: s\r\nContent-Length: 0\r\n\r\n",
+            path(1)
+        )
+        .as_bytes(),
+        SourceResult::Miss,
+    );
+    assert!(evs.is_empty());
+    let h = head(&ts[0]);
+    assert!(h.starts_with("HTTP/1.1 405 "), "{h}");
+    assert!(h.contains("Allow: GET"));
+    let (evs, ts, _) = serve_one(
+        config(),
+        b"GET /metrics HTTP/1.1\r\nHost: s\r\n\r\n",
+        SourceResult::Miss,
+    );
+    assert!(evs.is_empty());
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
+}
+
+#[test]
+fn oversized_request_head_is_431_and_closes() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let mut req = get(path(1), &format!("X-Pad: {}\r\n", "a".repeat(9000)));
+    req.truncate(req.len()); // complete head, over the 8 KiB bound
+    let mut offered = &req[..];
+    while !offered.is_empty() {
+        let n = conn.handle_input(T0, &mut adm, offered);
+        if n == 0 {
+            break;
+        }
+        offered = &offered[n..];
+    }
+    let ts = transmits(&mut conn, &mut adm);
+    assert!(
+        head(&ts[0]).starts_with("HTTP/1.1 431 "),
+        "{}",
+        head(&ts[0])
+    );
+    assert!(ts[0].close);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn source_result_is_obtained_before_any_success_byte() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    assert!(
+        conn.poll_transmit().is_none(),
+        "nothing may be sent before the source answers"
+    );
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from_static(b"x")),
+    )
+    .unwrap();
+    assert!(conn.poll_transmit().is_some());
+}
+
+#[test]
+fn answering_an_unknown_request_is_a_usage_error() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    assert!(
+        conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+            .is_err(),
+        "answered twice"
+    );
+}
+
+// ---- pipelining ----
+
+#[test]
+fn pipelined_requests_are_answered_in_request_order() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let mut both = get(path(1), "");
+    both.extend(get(path(2), ""));
+    conn.handle_input(T0, &mut adm, &both);
+    let ids = fetch_ids(&events(&mut conn));
+    assert_eq!(ids.len(), 2);
+    // The second answers first; it must wait for the first.
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[1].0,
+        SourceResult::Found(Bytes::from_static(b"second")),
+    )
+    .unwrap();
+    assert!(conn.poll_transmit().is_none());
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from_static(b"first")),
+    )
+    .unwrap();
+    let ts = transmits(&mut conn, &mut adm);
+    assert_eq!(ts[0].body, Bytes::from_static(b"first"));
+    assert_eq!(ts[1].body, Bytes::from_static(b"second"));
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn pipelining_depth_is_bounded_per_session_by_back_pressure_not_refusal() {
+    let mut adm = admission(AdmissionConfig::default()); // 2 per session
+    let mut conn = accept(&mut adm, 1, config());
+    let mut three = get(path(1), "");
+    three.extend(get(path(2), ""));
+    three.extend(get(path(3), ""));
+    conn.handle_input(T0, &mut adm, &three);
+    let first = fetch_ids(&events(&mut conn));
+    assert_eq!(first.len(), 2, "the third waits in the buffer");
+    assert_eq!(adm.requests(), 2);
+    conn.handle_source(T0, &mut adm, first[0].0, SourceResult::Miss)
+        .unwrap();
+    let _ = conn.poll_transmit().unwrap();
+    conn.handle_transmitted(T0, &mut adm);
+    let third = fetch_ids(&events(&mut conn));
+    assert_eq!(third.len(), 1);
+    assert_eq!(third[0].1.path, path(3));
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- admission and refusal ----
+
+fn small_limits() -> AdmissionConfig {
+    AdmissionConfig {
+        max_sessions: 3,
+        max_sessions_per_source: 2,
+        max_requests: 5,
+        max_requests_per_session: 2,
+        max_inflight_bytes: 100,
+        max_inflight_bytes_per_source: 60,
+        retry_after: Duration::from_millis(1500),
+        ..AdmissionConfig::default()
+    }
+}
+
+fn refused(adm: &mut Admission<u32>, source: u32) -> (Refusal, String) {
+    match ServerConnection::accept(T0, adm, source, config()) {
+        Accept::Refused { refusal, response } => {
+            (refusal, String::from_utf8(response.to_vec()).unwrap())
+        }
+        Accept::Admitted(_) => panic!("admitted"),
+    }
+}
+
+#[test]
+fn a_connection_over_the_session_limit_is_refused_at_once_and_consumes_nothing() {
+    let mut adm = admission(small_limits());
+    let conns: Vec<_> = [1, 2, 3]
+        .iter()
+        .map(|&s| accept(&mut adm, s, config()))
+        .collect();
+    let (refusal, response) = refused(&mut adm, 4);
+    assert_eq!(refusal.reason, RefusalReason::Sessions);
+    assert!(response.starts_with("HTTP/1.1 503 "), "{response}");
+    assert!(
+        response.contains("X-Peerblock-Refused: sessions\r\n"),
+        "{response}"
+    );
+    assert!(
+        response.contains("Retry-After: 2\r\n"),
+        "1.5 s rounds up: {response}"
+    );
+    assert!(response.contains("Connection: close\r\n"), "{response}");
+    assert!(response.contains("X-DART-Node: node-a\r\n"), "{response}");
+    assert_eq!(adm.sessions(), 3, "the refusal took no slot");
+    assert_eq!(adm.source_sessions(&4), 0);
+    for c in conns {
+        c.close(T0, &mut adm);
+    }
+    assert_released(&adm);
+    assert_eq!(adm.tracked_sources(), 0);
+}
+
+#[test]
+fn per_source_session_quota_refuses_that_source_only() {
+    let mut adm = admission(small_limits());
+    let a = accept(&mut adm, 7, config());
+    let b = accept(&mut adm, 7, config());
+    let (refusal, response) = refused(&mut adm, 7);
+    assert_eq!(refusal.reason, RefusalReason::SourceSessions);
+    assert!(response.contains("X-Peerblock-Refused: source-sessions"));
+    let c = accept(&mut adm, 8, config());
+    for conn in [a, b, c] {
+        conn.close(T0, &mut adm);
+    }
+    assert_released(&adm);
+}
+
+#[test]
+fn request_slots_exhausted_answer_a_refusal_and_close() {
+    let mut adm = admission(small_limits()); // 5 requests
+    let mut a = accept(&mut adm, 1, config());
+    let mut b = accept(&mut adm, 2, config());
+    let mut c = accept(&mut adm, 3, config());
+    for conn in [&mut a, &mut b] {
+        let mut two = get(path(1), "");
+        two.extend(get(path(2), ""));
+        conn.handle_input(T0, &mut adm, &two);
+        assert_eq!(fetch_ids(&events(conn)).len(), 2);
+    }
+    let mut two = get(path(1), "");
+    two.extend(get(path(2), ""));
+    c.handle_input(T0, &mut adm, &two);
+    let c_ids = fetch_ids(&events(&mut c));
+    assert_eq!(c_ids.len(), 1, "fifth slot taken, sixth refused");
+    assert_eq!(adm.requests(), 5);
+    // The refusal waits its turn behind the admitted request on that connection.
+    assert!(c.poll_transmit().is_none());
+    c.handle_source(T0, &mut adm, c_ids[0].0, SourceResult::Miss)
+        .unwrap();
+    let ts = transmits(&mut c, &mut adm);
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
+    let h = head(&ts[1]);
+    assert!(h.starts_with("HTTP/1.1 503 "), "{h}");
+    assert!(h.contains("X-Peerblock-Refused: requests\r\n"), "{h}");
+    assert!(ts[1].close);
+    assert!(c.is_finished());
+    for conn in [a, b, c] {
+        conn.close(T0, &mut adm);
+    }
+    assert_released(&adm);
+}
+
+#[test]
+fn rate_bucket_refuses_with_the_buckets_own_wait() {
+    let mut limits = small_limits();
+    limits.rate = Some(RateLimit {
+        per_second: 2,
+        burst: 1,
+    });
+    let mut adm = admission(limits);
+    let mut conn = accept(&mut adm, 1, config());
+    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    let _ = transmits(&mut conn, &mut adm);
+    conn.handle_input(T0, &mut adm, &get(path(2), ""));
+    assert!(
+        fetch_ids(&events(&mut conn)).is_empty(),
+        "rate-limited: the source is not asked"
+    );
+    let ts = transmits(&mut conn, &mut adm);
+    let h = head(&ts[0]);
+    assert!(h.starts_with("HTTP/1.1 503 "), "{h}");
+    assert!(h.contains("X-Peerblock-Refused: rate\r\n"), "{h}");
+    assert!(
+        h.contains("Retry-After: 1\r\n"),
+        "500 ms rounds up to 1 s: {h}"
+    );
+    assert!(ts[0].close);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn byte_budgets_refuse_a_block_that_would_exceed_them() {
+    let mut adm = admission(small_limits()); // 60 per source, 100 global
+    let mut a = accept(&mut adm, 1, config());
+    let mut b = accept(&mut adm, 2, config());
+    a.handle_input(T0, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut a));
+    a.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![0u8; 61])),
+    )
+    .unwrap();
+    let ts = transmits(&mut a, &mut adm);
+    assert!(
+        head(&ts[0]).contains("X-Peerblock-Refused: source-inflight-bytes"),
+        "{}",
+        head(&ts[0])
+    );
+    assert!(ts[0].body.is_empty(), "the block is not sent");
+    // Global: 60 held (unacknowledged) by source 2, then 50 more from source 3.
+    b.handle_input(T0, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut b));
+    b.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![0u8; 60])),
+    )
+    .unwrap();
+    let held = b.poll_transmit().unwrap();
+    assert_eq!(held.body.len(), 60);
+    assert_eq!(
+        adm.inflight_bytes(),
+        60,
+        "held until the write is acknowledged"
+    );
+    let mut c = accept(&mut adm, 3, config());
+    c.handle_input(T0, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut c));
+    c.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![0u8; 50])),
+    )
+    .unwrap();
+    let ts = transmits(&mut c, &mut adm);
+    assert!(head(&ts[0]).contains("X-Peerblock-Refused: inflight-bytes"));
+    b.handle_transmitted(T0, &mut adm);
+    assert_eq!(adm.inflight_bytes(), 0);
+    for conn in [a, b, c] {
+        conn.close(T0, &mut adm);
+    }
+    assert_released(&adm);
+}
+
+#[test]
+fn refusal_encoding_is_explicit_and_small() {
+    let mut out = bytes::BytesMut::new();
+    encode_refusal(
+        &Refusal {
+            reason: RefusalReason::Requests,
+            retry_after: Duration::from_secs(15),
+        },
+        Some("n"),
+        &mut out,
+    );
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    assert!(text.starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
+    assert!(text.contains("X-Peerblock-Refused: requests\r\nRetry-After: 15\r\n"));
+    assert!(text.contains("Connection: close\r\n"));
+    assert!(
+        out.len() < 300,
+        "refusal costs one small write: {} bytes",
+        out.len()
+    );
+}
+
+// ---- budgets released on every path ----
+
+#[test]
+fn abort_with_a_pending_source_fetch_releases_everything() {
+    let mut adm = admission(small_limits());
+    let mut conn = accept(&mut adm, 1, config());
+    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    assert_eq!(adm.requests(), 1);
+    conn.close(T0, &mut adm); // peer reset mid-request
+    assert_released(&adm);
+}
+
+#[test]
+fn abort_with_an_unacknowledged_response_releases_its_bytes() {
+    let mut adm = admission(small_limits());
+    let mut conn = accept(&mut adm, 1, config());
+    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![1u8; 40])),
+    )
+    .unwrap();
+    let _in_flight = conn.poll_transmit().unwrap();
+    assert_eq!(adm.inflight_bytes(), 40);
+    conn.close(T0, &mut adm); // write failed half-way
+    assert_released(&adm);
+}
+
+#[test]
+fn abort_with_a_ready_but_unsent_response_releases_its_bytes() {
+    let mut adm = admission(small_limits());
+    let mut conn = accept(&mut adm, 1, config());
+    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![1u8; 40])),
+    )
+    .unwrap();
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn error_and_refusal_paths_release_everything() {
+    let mut adm = admission(small_limits());
+    for request in [
+        &b"GET /peer/v1/block/zz/1 HTTP/1.1\r\nHost: s\r\n\r\n"[..],
+        &b"BREW /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\n"[..],
+        &b"garbage\r\n\r\n"[..],
+    ] {
+        let mut conn = accept(&mut adm, 1, config());
+        conn.handle_input(T0, &mut adm, request);
+        let _ = transmits(&mut conn, &mut adm);
+        conn.close(T0, &mut adm);
+        assert_released(&adm);
+    }
+}
+
+#[test]
+fn idle_connection_closes_at_its_deadline_and_releases_its_session() {
+    let mut adm = admission(small_limits());
+    let mut conn = accept(&mut adm, 1, config());
+    assert_eq!(conn.poll_timeout(), Some(T0 + DEFAULT_IDLE_TIMEOUT));
+    // A dribbled partial head does not extend the deadline.
+    conn.handle_input(Instant::from_secs(100), &mut adm, b"GET /peer/v1/bl");
+    assert_eq!(conn.poll_timeout(), Some(T0 + DEFAULT_IDLE_TIMEOUT));
+    conn.handle_timeout(Instant::from_secs(119));
+    assert!(!conn.is_finished(), "spurious wake-up changes nothing");
+    conn.handle_timeout(T0 + DEFAULT_IDLE_TIMEOUT);
+    assert!(conn.is_finished());
+    assert_eq!(conn.poll_timeout(), None, "no stale deadline");
+    conn.close(T0 + DEFAULT_IDLE_TIMEOUT, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn connection_close_request_is_answered_then_the_connection_finishes() {
+    let (_, ts, adm) = serve_one(
+        config(),
+        &get(path(1), "Connection: close\r\n"),
+        SourceResult::Miss,
+    );
+    assert!(ts[0].close);
+    assert!(head(&ts[0]).contains("Connection: close"));
+    assert_released(&adm);
+}
+
+// ---- relay decisions ----
+
+fn with_origin(p: BlockPath, hop: u32) -> Vec<u8> {
+    get(
+        p,
+        &format!("X-DART-Origin: https://origin/x\r\nX-DART-Hop: {hop}\r\n"),
+    )
+}
+
+#[test]
+fn miss_with_origin_below_the_hop_bound_relays_with_hop_plus_one() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, relay_config(true));
+    conn.handle_input(T0, &mut adm, &with_origin(path(1), 2));
+    let ids = fetch_ids(&events(&mut conn));
+    assert_eq!(ids[0].1.hop, Hop(2));
+    assert_eq!(ids[0].1.origin.as_deref(), Some(&b"https://origin/x"[..]));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    let evs = events(&mut conn);
+    let ServerEvent::Relay { id, request } = &evs[0] else {
+        panic!("expected a relay, got {evs:?}")
+    };
+    assert_eq!(request.hop, Hop(3), "the relayed request carries hop + 1");
+    conn.handle_source(
+        T0,
+        &mut adm,
+        *id,
+        SourceResult::Found(Bytes::from_static(b"relayed")),
+    )
+    .unwrap();
+    let ts = transmits(&mut conn, &mut adm);
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 200 "));
+    assert_eq!(ts[0].body, Bytes::from_static(b"relayed"));
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn miss_at_or_past_the_hop_bound_declines_with_404() {
+    for hop in [3, 4, u32::MAX] {
+        let mut adm = admission(AdmissionConfig::default());
+        let mut conn = accept(&mut adm, 1, relay_config(true));
+        conn.handle_input(T0, &mut adm, &with_origin(path(1), hop));
+        let ids = fetch_ids(&events(&mut conn));
+        conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+            .unwrap();
+        assert!(events(&mut conn).is_empty(), "hop {hop} must not relay");
+        assert!(head(&transmits(&mut conn, &mut adm)[0]).starts_with("HTTP/1.1 404 "));
+    }
+}
+
+#[test]
+fn relay_miss_is_final() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, relay_config(true));
+    conn.handle_input(T0, &mut adm, &with_origin(path(1), 0));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    assert_eq!(events(&mut conn).len(), 1);
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    assert!(events(&mut conn).is_empty(), "relays once");
+    assert!(head(&transmits(&mut conn, &mut adm)[0]).starts_with("HTTP/1.1 404 "));
+}
+
+#[test]
+fn block_index_above_the_maximum_is_declined_before_any_access() {
+    let big = BlockPath {
+        key: ChunkKey::from_array([1; 32]),
+        index: 1001,
+    };
+    let (evs, ts, adm) = serve_one(relay_config(true), &with_origin(big, 0), SourceResult::Miss);
+    assert!(evs.is_empty(), "no cache or upstream access: {evs:?}");
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
+    assert_released(&adm);
+}
+
+#[test]
+fn chunk_key_disagreeing_with_origin_identity_is_declined_before_any_access() {
+    let (evs, ts, _) = serve_one(
+        relay_config(false),
+        &with_origin(path(1), 0),
+        SourceResult::Miss,
+    );
+    assert!(evs.is_empty(), "no cache or upstream access: {evs:?}");
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
+}
+
+#[test]
+fn cache_only_requests_and_transport_only_nodes_never_relay() {
+    // No origin on a relay-capable node.
+    let (evs, ts, _) = serve_one(relay_config(true), &get(path(1), ""), SourceResult::Miss);
+    assert_eq!(evs.len(), 1);
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
+    // Origin on a transport-only node: no screening, no relay.
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    conn.handle_input(T0, &mut adm, &with_origin(path(1), 0));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    assert!(events(&mut conn).is_empty());
+}
