@@ -497,7 +497,10 @@ impl ResponseDecoder {
         if transfer_encoding.is_some() && content_length.is_some() {
             return Err(ResponseError::ContentLengthAndTransferEncoding);
         }
-        let framing = if let Some(te) = transfer_encoding {
+        // RFC 9112 §6.3 rule 1: a 204 or 304 ends at its head whatever its fields say.
+        let framing = if status == 204 || status == 304 {
+            BodyFraming::Empty
+        } else if let Some(te) = transfer_encoding {
             if version == Version::Http10 {
                 return Err(ResponseError::TransferEncodingOnHttp10);
             }
@@ -505,8 +508,6 @@ impl ResponseDecoder {
                 return Err(ResponseError::UnsupportedTransferEncoding);
             }
             BodyFraming::Chunked
-        } else if status == 204 || status == 304 {
-            BodyFraming::Empty
         } else if let Some(n) = content_length {
             BodyFraming::ContentLength(n)
         } else {
@@ -754,6 +755,27 @@ mod tests {
             d.expect(BodyLimit::AtMost(1)),
             Err(UsageError::ResponseInProgress)
         );
+    }
+
+    #[test]
+    fn no_content_and_not_modified_end_at_their_head() {
+        for head in [
+            &b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
+        ] {
+            let mut d = ResponseDecoder::new();
+            d.expect(BodyLimit::AtMost(100)).unwrap();
+            d.feed(head);
+            let Ok(Some(ResponseEvent::Head(h))) = d.poll() else {
+                panic!()
+            };
+            assert_eq!(h.framing(), BodyFraming::Empty);
+            let Ok(Some(ResponseEvent::Body(b))) = d.poll() else {
+                panic!()
+            };
+            assert!(b.is_empty());
+            assert!(d.is_idle());
+        }
     }
 
     #[test]
