@@ -126,9 +126,8 @@ impl Span {
     }
 }
 
-/// Every LF in `head` is preceded by CR (RFC 9112 §2.2: we do not take the option of
-/// accepting a bare LF, which httparse does). Written branch-free so it vectorises: it
-/// runs on every decoded head.
+/// Is there an LF in `head` not preceded by CR? (RFC 9112 §2.2: we do not take the
+/// option of accepting a bare LF, which httparse does.) Branch-free so it vectorises.
 pub(crate) fn has_bare_lf(head: &[u8]) -> bool {
     let Some(&first) = head.first() else {
         return false;
@@ -138,6 +137,27 @@ pub(crate) fn has_bare_lf(head: &[u8]) -> bool {
         bad |= (*cur == b'\n') & (*prev != b'\r');
     }
     bad
+}
+
+/// Every line of a request head httparse accepted ends in CRLF, checked only where
+/// httparse allows a line to end: before the request line (skipped empty lines), before
+/// each field name, and the final empty line. Equivalent to `!has_bare_lf(head)` for
+/// heads httparse accepted (debug builds, and so the fuzzers, assert it), at a fraction
+/// of the cost of scanning every byte.
+pub(crate) fn request_lines_end_in_crlf<'h>(
+    head: &[u8],
+    method: &[u8],
+    names: impl Iterator<Item = &'h [u8]>,
+) -> bool {
+    let start = Span::of(head, method).start as usize;
+    let mut ok = start % 2 == 0 && head[..start].chunks_exact(2).all(|p| p == b"\r\n");
+    ok &= head.ends_with(b"\r\n\r\n");
+    for name in names {
+        let at = Span::of(head, name).start as usize;
+        ok &= at >= 2 && &head[at - 2..at] == b"\r\n";
+    }
+    debug_assert_eq!(ok, !has_bare_lf(head), "line-ending shortcut disagrees");
+    ok
 }
 
 /// A `Content-Length` value: one or more ASCII digits fitting in a `u64` (RFC 9110 §8.6).

@@ -191,6 +191,7 @@ pub struct ResponseDecoder {
     buf: BytesMut,
     state: State,
     eof: bool,
+    consumed: u64,
 }
 
 impl Default for ResponseDecoder {
@@ -211,6 +212,7 @@ impl ResponseDecoder {
             buf: BytesMut::with_capacity(RESPONSE_BUFFER_BYTES),
             state: State::Idle,
             eof: false,
+            consumed: 0,
         }
     }
 
@@ -239,6 +241,13 @@ impl ResponseDecoder {
     /// Bytes buffered and not yet decoded.
     pub fn buffered(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Stream bytes decoded so far (heads, body framing and data). With
+    /// [`buffered`](Self::buffered) and whatever `feed` discarded after close, it accounts
+    /// for every byte fed.
+    pub fn consumed(&self) -> u64 {
+        self.consumed
     }
 
     /// How many more bytes [`feed`](Self::feed) would accept now.
@@ -321,6 +330,7 @@ impl ResponseDecoder {
                     }
                     check_short(limit, len)?;
                     let body = self.buf.split_to(len as usize).freeze();
+                    self.consumed += len;
                     self.finish(keep_alive);
                     return Ok(Some(ResponseEvent::Body(body)));
                 }
@@ -337,6 +347,7 @@ impl ResponseDecoder {
                         e => ResponseError::Chunked(e),
                     })?;
                     let _ = self.buf.split_to(progress.consumed);
+                    self.consumed += progress.consumed as u64;
                     if !progress.done {
                         if self.eof {
                             return Err(ResponseError::Truncated);
@@ -359,6 +370,7 @@ impl ResponseDecoder {
                     }
                     check_short(limit, self.buf.len() as u64)?;
                     let body = self.buf.split().freeze();
+                    self.consumed += body.len() as u64;
                     self.state = State::Closed;
                     return Ok(Some(ResponseEvent::Body(body)));
                 }
@@ -474,6 +486,7 @@ impl ResponseDecoder {
                 return Err(ResponseError::UnexpectedInformational { status });
             }
             let _ = self.buf.split_to(head_len);
+            self.consumed += head_len as u64;
             self.state = State::Head {
                 limit,
                 interim: interim + 1,
@@ -484,7 +497,10 @@ impl ResponseDecoder {
         if transfer_encoding.is_some() && content_length.is_some() {
             return Err(ResponseError::ContentLengthAndTransferEncoding);
         }
-        let framing = if let Some(te) = transfer_encoding {
+        // RFC 9112 §6.3 rule 1: a 204 or 304 ends at its head whatever its fields say.
+        let framing = if status == 204 || status == 304 {
+            BodyFraming::Empty
+        } else if let Some(te) = transfer_encoding {
             if version == Version::Http10 {
                 return Err(ResponseError::TransferEncodingOnHttp10);
             }
@@ -492,8 +508,6 @@ impl ResponseDecoder {
                 return Err(ResponseError::UnsupportedTransferEncoding);
             }
             BodyFraming::Chunked
-        } else if status == 204 || status == 304 {
-            BodyFraming::Empty
         } else if let Some(n) = content_length {
             BodyFraming::ContentLength(n)
         } else {
@@ -518,6 +532,7 @@ impl ResponseDecoder {
             && (version == Version::Http11 || keep_alive_opt);
 
         let head_bytes = self.buf.split_to(head_len).freeze();
+        self.consumed += head_len as u64;
         self.state = match framing {
             BodyFraming::Empty => State::Length {
                 len: 0,
@@ -740,6 +755,27 @@ mod tests {
             d.expect(BodyLimit::AtMost(1)),
             Err(UsageError::ResponseInProgress)
         );
+    }
+
+    #[test]
+    fn no_content_and_not_modified_end_at_their_head() {
+        for head in [
+            &b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
+        ] {
+            let mut d = ResponseDecoder::new();
+            d.expect(BodyLimit::AtMost(100)).unwrap();
+            d.feed(head);
+            let Ok(Some(ResponseEvent::Head(h))) = d.poll() else {
+                panic!()
+            };
+            assert_eq!(h.framing(), BodyFraming::Empty);
+            let Ok(Some(ResponseEvent::Body(b))) = d.poll() else {
+                panic!()
+            };
+            assert!(b.is_empty());
+            assert!(d.is_idle());
+        }
     }
 
     #[test]
