@@ -455,6 +455,7 @@ impl Read {
                         peer: c.peer,
                         rank: index,
                         in_flight: view.in_flight(&c.peer),
+                        load: view.load(now, &c.peer),
                     },
                 ));
             } else {
