@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use peerblock_core::breaker::{Breaker, BreakerConfig, Outcome, Permit, Rejected, State};
 use peerblock_core::cooldown::{CooldownConfig, CooldownTable, DialOutcome};
+use peerblock_core::load::{LoadConfig, LoadTable};
 use peerblock_core::placement::PeerId;
 use peerblock_core::read::PeerView;
 use peerblock_core::time::{Duration, Instant};
@@ -23,6 +24,8 @@ pub struct Reader {
     pub breaker: Option<Breaker<u32>>,
     /// This reader's GETs in flight per node.
     pub in_flight: BTreeMap<u32, u32>,
+    /// The load each node last advertised in a response to this reader, by node index.
+    pub loads: LoadTable<u32>,
 }
 
 /// Builds the cooldown configuration a scenario asks for.
@@ -52,6 +55,7 @@ impl Reader {
             cooldown: CooldownTable::new(cooldown_config(s)).expect("validated"),
             breaker: None,
             in_flight: BTreeMap::new(),
+            loads: LoadTable::new(LoadConfig::default()).expect("default is valid"),
         };
         r.reset(s);
         r
@@ -61,6 +65,12 @@ impl Reader {
     pub fn reset(&mut self, s: &Scenario) {
         self.cooldown = CooldownTable::new(cooldown_config(s)).expect("validated");
         self.breaker = breaker_config(s).map(|c| Breaker::new(c).expect("validated"));
+        self.loads = LoadTable::new(LoadConfig::default()).expect("default is valid");
+    }
+
+    /// Records the load `node` advertised in a response that reached this reader at `now`.
+    pub fn heard_load(&mut self, now: Instant, node: u32, load: u32) {
+        self.loads.record(now, node, load);
     }
 
     /// Asks the breaker to admit a GET to `node`. `Ok(None)` when there is no breaker.
@@ -130,6 +140,10 @@ impl PeerView for Reader {
 
     fn in_flight(&self, peer: &PeerId) -> u32 {
         self.in_flight.get(&node_of(peer)).copied().unwrap_or(0)
+    }
+
+    fn load(&self, now: Instant, peer: &PeerId) -> Option<u32> {
+        self.loads.load(now, &node_of(peer))
     }
 
     fn for_each_refused(&self, now: Instant, f: &mut dyn FnMut(PeerId, Duration)) {

@@ -77,6 +77,7 @@ impl World<'_> {
             bytes,
             ticket: None,
             dials: 1,
+            advertised: None,
         });
         if let Some(rs) = self.reads.get_mut(h) {
             rs.gets.push((id, g));
@@ -175,6 +176,7 @@ impl World<'_> {
                             limit.as_str()
                         );
                         let ow = self.latency.one_way(r, n);
+                        self.advertise(g, n);
                         self.queue.push(
                             now + ow,
                             Ev::Deliver {
@@ -210,6 +212,7 @@ impl World<'_> {
         }
         if !holds {
             node.touch(r, conn, now, self.idle);
+            self.advertise(g, n);
             self.queue.push(
                 now + ow,
                 Ev::Deliver {
@@ -226,6 +229,7 @@ impl World<'_> {
                     get.ticket = Some(ticket);
                 }
                 self.reschedule_uplink(n);
+                self.advertise(g, n);
                 self.queue.push(now + ow, Ev::FirstByte { get: g });
             }
             Err(limit) => {
@@ -234,6 +238,9 @@ impl World<'_> {
                     WhenFull::Silent => Reply::Closed,
                     WhenFull::Refuse => Reply::Refused(limit),
                 };
+                if let Reply::Refused(_) = reply {
+                    self.advertise(g, n);
+                }
                 trace!(
                     self.trace,
                     now,
@@ -243,6 +250,28 @@ impl World<'_> {
                 );
                 self.queue.push(now + ow, Ev::Deliver { get: g, reply });
             }
+        }
+    }
+
+    /// Stamps the response head the node is writing for GET `g` with its load header: the
+    /// transfers node `n` has in progress now (including this response's own).
+    pub(super) fn advertise(&mut self, g: Handle, n: u32) {
+        let load = self.nodes[n as usize].uplink.active();
+        if let Some(get) = self.gets.get_mut(g) {
+            get.advertised = Some(load);
+        }
+    }
+
+    /// The reader receives the response head of GET `g` now: it records the node's
+    /// advertised load (once per response).
+    pub(super) fn hear_load(&mut self, g: Handle) {
+        let now = self.now;
+        let Some(get) = self.gets.get_mut(g) else {
+            return;
+        };
+        let (r, n) = (get.reader, get.node);
+        if let Some(load) = get.advertised.take() {
+            self.readers[r as usize].heard_load(now, n, load);
         }
     }
 

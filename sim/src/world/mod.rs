@@ -116,6 +116,9 @@ struct Get {
     bytes: u64,
     /// Dial transmissions so far (the first plus retransmits).
     dials: u32,
+    /// The load header of the response on its way back: the node's transfers in progress
+    /// when it wrote the head. Heard by the reader when the head arrives.
+    advertised: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -361,6 +364,7 @@ impl<'s> World<'s> {
             }
             Ev::RequestArrive { get } => self.request_arrive(get),
             Ev::FirstByte { get } => {
+                self.hear_load(get);
                 if let Some(g) = self.gets.get_mut(get) {
                     if g.phase == Phase::Requested {
                         g.phase = Phase::Transferring;
@@ -386,6 +390,7 @@ impl<'s> World<'s> {
                 }
             }
             Ev::Deliver { get, reply } => {
+                self.hear_load(get);
                 let Some(g) = self.gets.get(get) else {
                     return;
                 };
