@@ -4,7 +4,7 @@
 //! each send it one request, and every one of them sees an idle peer. The peer itself knows
 //! better, so every peerblock response (`200`, `404`, the `503` refusal) carries its
 //! requests in progress at the moment the head was written
-//! ([`wire::LOAD_HEADER`](crate::wire::LOAD_HEADER)). The client driver records each value
+//! ([`wire::header::LOAD`](crate::wire::header::LOAD)). The client driver records each value
 //! here and answers [`PeerView::load`](crate::read::PeerView::load) from it, so a
 //! load-aware spreading choice sees what *other* clients are doing to a holder.
 //!

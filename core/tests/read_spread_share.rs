@@ -9,7 +9,7 @@
 //! A second model spreads the same 7,000 reads over 70 clients (read `i` by client
 //! `i % 70`), so each client has at most one or two reads running and its own in-flight
 //! count says nothing; the holders' responses carry their load
-//! ([`peerblock_core::wire::LOAD_HEADER`]), which each client keeps in its own
+//! (`X-Peerblock-Load`, [`peerblock_core::wire::header::LOAD`]), which each client keeps in its own
 //! [`LoadTable`] — the signal the load-aware choice needs when many clients share a hot
 //! record.
 //!

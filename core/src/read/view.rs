@@ -28,7 +28,7 @@ pub trait PeerView {
     }
 
     /// The requests in progress `peer` last advertised in a response (its
-    /// [`LOAD_HEADER`](crate::wire::LOAD_HEADER)), decayed by age, or `None` if nothing
+    /// [`header::LOAD`](crate::wire::header::LOAD)), decayed by age, or `None` if nothing
     /// recent was heard. This is what other clients are doing to the peer, which this
     /// client's own [`in_flight`](PeerView::in_flight) cannot show. Drivers answer it
     /// from a [`LoadTable`]; the default (no hints) makes load-aware spreading fall back to
