@@ -40,11 +40,8 @@ pub fn unknown_load_prior(options: &[ChoiceOption]) -> u32 {
         .iter()
         .filter_map(|o| o.load)
         .fold((0u64, 0u64), |(s, k), l| (s + u64::from(l), k + 1));
-    if known == 0 {
-        0
-    } else {
-        (sum / known) as u32 // a mean of u32 values fits
-    }
+    // A mean of u32 values fits a u32; no hint at all means 0.
+    sum.checked_div(known).map_or(0, |mean| mean as u32)
 }
 
 /// A spreading choice supplied by the integrator: given the options (nearest first, never
