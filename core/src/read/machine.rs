@@ -531,7 +531,7 @@ impl Read {
             } else {
                 self.finish(ReadOutcome::Busy);
             }
-        } else if self.candidates.not_found() >= group {
+        } else if self.candidates.nearest_answered_not_found(group) {
             self.finish(ReadOutcome::Absent);
         } else if self.stats.plain_retries < self.config.max_plain_retries {
             self.stats.plain_retries += 1;
