@@ -167,7 +167,7 @@ pub fn comparison(rows: &[(Scenario, RunResult)]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>10}",
+        "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>10}",
         "arm (same seed)",
         "downloads",
         "done",
@@ -176,13 +176,14 @@ pub fn comparison(rows: &[(Scenario, RunResult)]) -> String {
         "unavail",
         "false NF",
         "busiest",
+        "/round",
         "dl p50"
     );
     for (s, r) in rows {
         let sum = &r.summary;
         let _ = writeln!(
             o,
-            "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9.1}s",
+            "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9.1}s",
             s.name,
             format!("{}/{}", sum.downloads.completed, sum.downloads.started),
             pct(sum.downloads.completed as f64 / sum.downloads.started.max(1) as f64),
@@ -191,12 +192,13 @@ pub fn comparison(rows: &[(Scenario, RunResult)]) -> String {
             sum.reads.unavailable,
             sum.reads.false_not_found,
             pct(sum.first_read_share.mean_top),
+            pct(sum.first_read_share.round_mean_top),
             sum.download_ms.p50 / 1e3
         );
     }
     let _ = writeln!(
         o,
-        "  (absent/busy/unavail count block reads; false NF = reads of stored blocks the client told its user \"not found\";\n   busiest = mean over blocks of the busiest holder's share of first reads)"
+        "  (absent/busy/unavail count block reads; false NF = reads of stored blocks the client told its user \"not found\";\n   busiest = mean over blocks of the busiest holder's share of first reads; /round = the same per round)"
     );
     o
 }

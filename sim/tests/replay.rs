@@ -139,3 +139,31 @@ fn peerblock_at_the_old_limits_never_reports_a_stored_block_absent() {
         "completed {done}/{started}"
     );
 }
+
+#[test]
+fn the_readme_excerpt_is_what_the_replay_prints() {
+    // The README shows the replay's comparison table for seed 1; keep it honest.
+    let main = shipped("testnet-ab-peerblock.toml");
+    let mut rows: Vec<_> = main
+        .compare
+        .iter()
+        .map(|name| {
+            let s = shipped(name);
+            let r = run(&s, SEED);
+            (s, r)
+        })
+        .collect();
+    let r = run(&main, SEED);
+    rows.push((main, r));
+    let table = sim::report::comparison(&rows);
+    let readme_path: std::path::PathBuf = [env!("CARGO_MANIFEST_DIR"), "..", "README.md"]
+        .iter()
+        .collect();
+    let readme = std::fs::read_to_string(readme_path).unwrap();
+    for line in table.lines().filter(|l| l.contains("testnet-ab-")) {
+        assert!(
+            readme.contains(line),
+            "README.md lacks the replay line:\n{line}"
+        );
+    }
+}
