@@ -7,7 +7,7 @@ use bytes::Bytes;
 use peerblock_core::cooldown::{CooldownConfig, CooldownTable, DialOutcome};
 use peerblock_core::placement::PeerId;
 use peerblock_core::read::{
-    Action, GetOutcome, OriginOutcome, Read, ReadConfig, ReadOutcome, Spread, StaticView,
+    Absence, Action, GetOutcome, OriginOutcome, Read, ReadConfig, ReadOutcome, Spread, StaticView,
 };
 use peerblock_core::time::{Duration, Instant};
 use read_support::{drain, gets, key_and_peers, millis, secs};
@@ -527,4 +527,23 @@ fn not_found_from_peers_past_dead_holders_is_not_absence() {
         "the read goes on past the dead holders and hears seven NotFounds"
     );
     assert_eq!(done(&seen), Some(ReadOutcome::Unavailable));
+
+    // The reference client's rule, kept for replays, counts those seven NotFounds.
+    let cfg = ReadConfig {
+        max_plain_retries: 0,
+        absence: Absence::AnyCloseGroup,
+        ..ReadConfig::default()
+    };
+    let mut read = Read::new(key, cfg, secs(0), 6).unwrap();
+    let _ = drain(&mut read, secs(0), &view);
+    read.handle_lookup(secs(0), &peers);
+    let a = drain(&mut read, secs(0), &view);
+    let seen = answer_all(&mut read, secs(0), &view, a, &mut |p| {
+        if holders.contains(&p) {
+            GetOutcome::Failed
+        } else {
+            GetOutcome::NotFound
+        }
+    });
+    assert_eq!(done(&seen), Some(ReadOutcome::Absent));
 }

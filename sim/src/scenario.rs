@@ -365,6 +365,16 @@ impl fmt::Display for SpreadPolicy {
     }
 }
 
+/// `client.absence`: which `NotFound` answers prove absence.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum AbsenceRule {
+    /// peerblock's rule (`peerblock_core::read::Absence::NearestCloseGroup`).
+    NearestCloseGroup,
+    /// The reference client's rule (`peerblock_core::read::Absence::AnyCloseGroup`).
+    AnyCloseGroup,
+}
+
 /// `[client]`: the reader's policies.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -403,6 +413,11 @@ pub struct Client {
     /// counts are the same. `false` (peerblock): `Unavailable` is reported as a network
     /// error, never as "not found".
     pub reports_unavailable_as_not_found: bool,
+    /// Which `NotFound` answers prove a block absent: `"nearest-close-group"` (peerblock:
+    /// the nearest close group of known peers all answered) or `"any-close-group"` (the
+    /// reference client: any close group's worth of answers, even from the peers past
+    /// unreachable holders). See `peerblock_core::read::Absence`.
+    pub absence: AbsenceRule,
     /// Discovery round trips per lookup (a lookup costs this many RTTs to the reader's
     /// nearest node to the key).
     pub lookup_rtts: u32,
@@ -430,6 +445,7 @@ impl Default for Client {
             request_timeout_ms: 30_000,
             discovery_skips_suppressed: false,
             reports_unavailable_as_not_found: false,
+            absence: AbsenceRule::NearestCloseGroup,
             lookup_rtts: 3,
             lookup_peers: 20,
             lookup_miss: 0.0,

@@ -106,6 +106,14 @@ impl Candidates {
             .count()
     }
 
+    /// How many candidates answered `NotFound` (the reference client's absence count).
+    pub(crate) fn not_found(&self) -> usize {
+        self.list
+            .iter()
+            .filter(|c| c.tried == Tried::NotFound)
+            .count()
+    }
+
     /// The absence rule: the record is authoritatively absent only when the nearest
     /// `group` known peers all answered `NotFound`.
     ///
