@@ -23,7 +23,8 @@ USAGE:
     sim SCENARIO.toml [OPTIONS]
 
 Runs the scenario once and prints a human report: downloads completed, read outcomes
-(found / absent / false absent / busy / unavailable), the busiest holder's share of
+(found / absent / false absent / busy / unavailable, and how many reads of stored
+blocks the client reported as \"not found\"), the busiest holder's share of
 first reads, read and download time percentiles, GET outcomes, bytes per node, and the
 run's speed. Same scenario + seed: byte-identical trace, identical JSON (except
 wall_seconds).
@@ -40,7 +41,8 @@ OPTIONS:
     --seeds A..B        Sweep seeds A, A+1, .., B-1 (`A..=B` includes B). Each seed draws
                         random faults from the scenario's [sweep] table (printed before the
                         run) and is checked for invariants: no wrong bytes, no false
-                        \"absent\", every read terminates. Prints each failing seed with the
+                        \"absent\" (nor an unavailable read reported as \"not found\"),
+                        every read terminates. Prints each failing seed with the
                         command that replays it; exits 1 if any failed. With a single seed,
                         --json/--trace/--report apply to it.
     --quiet             No progress bar.

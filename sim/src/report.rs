@@ -94,11 +94,22 @@ pub fn text(s: &Scenario, r: &RunResult) -> String {
     );
     let _ = writeln!(
         o,
-        "  busiest holder        {} of a block's first reads on average, {} at most (1/{} = {}){}",
+        "  reported not found    {} for stored blocks{}",
+        sum.reads.false_not_found,
+        if s.client.reports_unavailable_as_not_found {
+            " (this client reports unavailable as \"not found\", like the reference)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        o,
+        "  busiest holder        {} of a block's first reads on average, {} at most (1/{} = {}); per round {}{}",
         pct(sum.first_read_share.mean_top),
         pct(sum.first_read_share.max_top),
         s.cluster.close_group,
         pct(1.0 / f64::from(s.cluster.close_group)),
+        pct(sum.first_read_share.round_mean_top),
         reference(&s.reference.busiest_share)
     );
     let _ = writeln!(o, "  read time             {}", secs(&sum.read_ms));
@@ -156,27 +167,38 @@ pub fn comparison(rows: &[(Scenario, RunResult)]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>10}",
-        "arm (same seed)", "downloads", "done", "absent", "busy", "unavail", "busiest", "dl p50"
+        "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>10}",
+        "arm (same seed)",
+        "downloads",
+        "done",
+        "absent",
+        "busy",
+        "unavail",
+        "false NF",
+        "busiest",
+        "/round",
+        "dl p50"
     );
     for (s, r) in rows {
         let sum = &r.summary;
         let _ = writeln!(
             o,
-            "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9.1}s",
+            "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9.1}s",
             s.name,
             format!("{}/{}", sum.downloads.completed, sum.downloads.started),
             pct(sum.downloads.completed as f64 / sum.downloads.started.max(1) as f64),
             sum.reads.absent,
             sum.reads.busy,
             sum.reads.unavailable,
+            sum.reads.false_not_found,
             pct(sum.first_read_share.mean_top),
+            pct(sum.first_read_share.round_mean_top),
             sum.download_ms.p50 / 1e3
         );
     }
     let _ = writeln!(
         o,
-        "  (absent/busy/unavail count block reads; busiest = mean over blocks of the busiest holder's share of first reads)"
+        "  (absent/busy/unavail count block reads; false NF = reads of stored blocks the client told its user \"not found\";\n   busiest = mean over blocks of the busiest holder's share of first reads; /round = the same per round)"
     );
     o
 }

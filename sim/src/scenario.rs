@@ -365,6 +365,16 @@ impl fmt::Display for SpreadPolicy {
     }
 }
 
+/// `client.absence`: which `NotFound` answers prove absence.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum AbsenceRule {
+    /// peerblock's rule (`peerblock_core::read::Absence::NearestCloseGroup`).
+    NearestCloseGroup,
+    /// The reference client's rule (`peerblock_core::read::Absence::AnyCloseGroup`).
+    AnyCloseGroup,
+}
+
 /// `[client]`: the reader's policies.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -387,9 +397,27 @@ pub struct Client {
     pub response_timeout_ms: u64,
     /// A whole exchange, body included, fails after this long, ms.
     pub request_timeout_ms: u64,
-    /// Discovery leaves endpoints this reader suppresses out of its answers (the
-    /// reference's behaviour); otherwise it returns them and the read machine skips them.
+    /// Discovery leaves endpoints this reader's cooldown table suppresses out of its
+    /// answers: the reference client's behaviour ("a refused holder is left out of
+    /// discovery and reads for 15 s"; a failed dial keeps a node out for 30 min), so a read
+    /// that starts while a holder is suppressed never learns of it, and the nearest peers it
+    /// does learn of may all be non-holders. `false` (peerblock): discovery returns every
+    /// peer it knows and the read machine itself skips the ineligible ones, so they still
+    /// count as nearer possible holders against an absence.
     pub discovery_skips_suppressed: bool,
+    /// The client reports a read that ended `Unavailable` (holders unreachable: dial
+    /// timeouts, closed streams, suppressed endpoints) to its user as "record not found",
+    /// as the reference's read does: it returns `Ok(None)` both for an absent record and
+    /// for "reads that fail for other reasons (timeouts, unreachable endpoints)". Only what
+    /// is *reported* changes (`reads.false_not_found`); the read machine and its outcome
+    /// counts are the same. `false` (peerblock): `Unavailable` is reported as a network
+    /// error, never as "not found".
+    pub reports_unavailable_as_not_found: bool,
+    /// Which `NotFound` answers prove a block absent: `"nearest-close-group"` (peerblock:
+    /// the nearest close group of known peers all answered) or `"any-close-group"` (the
+    /// reference client: any close group's worth of answers, even from the peers past
+    /// unreachable holders). See `peerblock_core::read::Absence`.
+    pub absence: AbsenceRule,
     /// Discovery round trips per lookup (a lookup costs this many RTTs to the reader's
     /// nearest node to the key).
     pub lookup_rtts: u32,
@@ -415,7 +443,9 @@ impl Default for Client {
             dial_timeout_ms: 10_000,
             response_timeout_ms: 10_000,
             request_timeout_ms: 30_000,
-            discovery_skips_suppressed: true,
+            discovery_skips_suppressed: false,
+            reports_unavailable_as_not_found: false,
+            absence: AbsenceRule::NearestCloseGroup,
             lookup_rtts: 3,
             lookup_peers: 20,
             lookup_miss: 0.0,

@@ -24,6 +24,12 @@ pub fn violations(m: &Metrics) -> Vec<String> {
             m.reads_false_absent
         ));
     }
+    let folded = m.reads_false_not_found - m.reads_false_absent;
+    if folded > 0 {
+        v.push(format!(
+            "{folded} unavailable reads reported to the user as \"not found\""
+        ));
+    }
     if m.reads_unfinished > 0 {
         v.push(format!("{} reads never terminated", m.reads_unfinished));
     }

@@ -136,3 +136,79 @@ fn a_corrupt_holder_never_yields_wrong_bytes() {
         assert_eq!(r.summary.downloads.completed, 8, "seed {seed}");
     }
 }
+
+/// Every holder of block 0 crashed before anyone reads (the repro of the absence finding
+/// in docs/sim.md): 30 nodes, a 4 MiB file in 1 MiB blocks, 4 readers, 1 s dial timeout.
+/// Two rounds with one long-lived client, so in round 1 the dead holders are still inside
+/// the 30-minute failure cooldown from round 0.
+fn all_holders_of_block_0_dead(client: &str) -> Scenario {
+    let mut text = String::from(
+        r#"
+        [cluster]
+        nodes = 30
+        [file]
+        size_mib = 4
+        block_kib = 1024
+        [readers]
+        count = 4
+        rounds = 2
+        round_interval_secs = 60.0
+        keep_state_between_rounds = true
+        [client]
+        dial_timeout_ms = 1000
+    "#,
+    );
+    text.push_str(client);
+    for rank in 0..7 {
+        text.push_str(&format!(
+            "\n[[faults]]\nat_secs = 0.0\nkind = \"crash\"\nholder_block = 0\nholder_rank = {rank}\n"
+        ));
+    }
+    Scenario::parse(&text, "inline", "all-holders-dead").unwrap()
+}
+
+#[test]
+fn peerblock_never_reports_absent_when_every_holder_is_only_unreachable() {
+    // Rule (core absence rule + peerblock's discovery): a read is Absent only when the
+    // nearest close group of known peers answered NotFound. Discovery returns the dead
+    // holders too (they are known, just unreachable), so the NotFounds of the seven peers
+    // past them prove nothing: the read ends Unavailable, in both rounds.
+    let s = all_holders_of_block_0_dead("discovery_skips_suppressed = false\n");
+    for seed in SEEDS {
+        let r = run(&s, seed);
+        let m = &r.summary.reads;
+        assert_eq!(m.false_absent, 0, "seed {seed}");
+        assert_eq!(m.false_not_found, 0, "seed {seed}");
+        // Each of the 4 readers' read of block 0 in each of the 2 rounds.
+        assert_eq!(m.unavailable, 8, "seed {seed}");
+        assert_eq!(m.found + m.unavailable, m.started, "seed {seed}");
+        assert_eq!(r.summary.downloads.completed, 0, "seed {seed}");
+    }
+}
+
+#[test]
+fn the_reference_client_reports_unreachable_holders_as_not_found() {
+    // The reference client: discovery leaves suppressed endpoints out, and a read that
+    // failed for any reason returns Ok(None), "record not found". Round 0 learns the
+    // holders are dead (Unavailable in the machine, "not found" to the user); in round 1
+    // they are suppressed, discovery hides them, the nearest peers it returns are all
+    // non-holders, and their NotFounds make the machine itself report Absent.
+    let s = all_holders_of_block_0_dead(
+        "discovery_skips_suppressed = true\nreports_unavailable_as_not_found = true\n",
+    );
+    for seed in SEEDS {
+        let r = run(&s, seed);
+        let m = &r.summary.reads;
+        assert_eq!(m.unavailable, 4, "seed {seed}: round 0");
+        assert_eq!(
+            m.absent, 4,
+            "seed {seed}: round 1, holders hidden by discovery"
+        );
+        assert_eq!(m.false_absent, m.absent, "seed {seed}");
+        assert_eq!(
+            m.false_not_found, 8,
+            "seed {seed}: every failure is \"not found\""
+        );
+        assert_eq!(m.found + m.false_not_found, m.started, "seed {seed}");
+    }
+}

