@@ -176,6 +176,179 @@ impl<K: Ord + Clone> LoadTable<K> {
     }
 }
 
+/// Default half-life of a [`KeyCounter`]'s counts: 30 s. A hot record's first reads come
+/// in bursts (a page load: tens of clients within seconds), so the count should cover a
+/// burst and forget one a few minutes old; with 30 s it is about 43 s worth of requests.
+/// The simulator's replay measured 10 s, 30 s, 2 min and 10 min within noise of each
+/// other on the per-block busiest share (docs/read.md), so the choice follows the
+/// reasoning rather than a measured optimum.
+pub const DEFAULT_KEY_HALF_LIFE: Duration = Duration::from_secs(30);
+
+/// Default number of keys a [`KeyCounter`] remembers: a node serves a handful of hot
+/// records at a time; 4,096 keys (about 200 KiB) keeps every key requested within many
+/// half-lives on any realistic node, and the least recently requested key goes first.
+pub const DEFAULT_KEY_CAPACITY: usize = 4096;
+
+/// Fixed-point fraction bits of a [`KeyCounter`] count: decay is integer arithmetic (no
+/// floating point, so every platform reports the same counts).
+const KEY_FRACTION_BITS: u32 = 16;
+
+/// A key unrequested for this many half-lives is forgotten: even a count at the
+/// [`MAX_ADVERTISED_LOAD`] cap (2^20) has decayed below 2^-12 of a GET by then.
+const KEY_FORGET_HALF_LIVES: u32 = 32;
+
+/// How a [`KeyCounter`] decays and how many keys it keeps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyCounterConfig {
+    /// Age at which a request counts half (default [`DEFAULT_KEY_HALF_LIFE`]).
+    pub half_life: Duration,
+    /// Most keys remembered at once (default [`DEFAULT_KEY_CAPACITY`], at least 1).
+    pub capacity: usize,
+}
+
+impl Default for KeyCounterConfig {
+    fn default() -> Self {
+        KeyCounterConfig {
+            half_life: DEFAULT_KEY_HALF_LIFE,
+            capacity: DEFAULT_KEY_CAPACITY,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct KeyCount {
+    /// The decayed count at `at`, fixed point with [`KEY_FRACTION_BITS`].
+    value: u64,
+    at: Instant,
+}
+
+/// A node's bounded, decayed count of the GETs it received per key: what it reports in
+/// its lookup replies so that readers can spread first reads of a hot record by *that
+/// record's* load ([`LookupPeer`](crate::read::LookupPeer)).
+///
+/// Each GET counts 1 when it arrives and decays exponentially with
+/// [`KeyCounterConfig::half_life`], so the count is the recent request rate times the
+/// half-life / ln 2, without keeping one entry per request. Decay is a piecewise-linear
+/// approximation of `2^(-age/half_life)` in integer arithmetic: exact at whole
+/// half-lives, linear in between (at most 6 % above the true curve), monotone, the same
+/// on every platform.
+///
+/// Memory is bounded by [`KeyCounterConfig::capacity`] entries: when full, the key
+/// requested least recently is evicted (`O(log n)` through an index by last request, as
+/// [`LoadTable`] does); its count is the most decayed of those it could be compared with
+/// when requests are sparse. Keys unrequested for 32 half-lives are forgotten by
+/// [`KeyCounter::purge`] (their counts are below 2^-12 by then).
+/// Generic over the key type (a record [`Key`](crate::placement::Key), a block index in
+/// the simulator). Time going backwards counts as no time passing.
+#[derive(Clone, Debug)]
+pub struct KeyCounter<K: Ord + Clone> {
+    config: KeyCounterConfig,
+    counts: BTreeMap<K, KeyCount>,
+    by_last: BTreeSet<(Instant, K)>,
+}
+
+impl<K: Ord + Clone> KeyCounter<K> {
+    /// An empty counter, or an error naming the bad field.
+    pub fn new(config: KeyCounterConfig) -> Result<Self, LoadConfigError> {
+        if config.capacity == 0 {
+            return Err(LoadConfigError::ZeroCapacity);
+        }
+        if config.half_life.is_zero() {
+            return Err(LoadConfigError::ZeroHorizon);
+        }
+        Ok(KeyCounter {
+            config,
+            counts: BTreeMap::new(),
+            by_last: BTreeSet::new(),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &KeyCounterConfig {
+        &self.config
+    }
+
+    fn decayed(&self, c: &KeyCount, now: Instant) -> u64 {
+        let half = self.config.half_life.as_nanos();
+        let age = now.saturating_duration_since(c.at).as_nanos();
+        let whole = age / half;
+        if whole >= u128::from(KEY_FORGET_HALF_LIVES) {
+            return 0;
+        }
+        let v = c.value >> whole;
+        let frac = age % half;
+        // v × (1 − frac / (2 × half)): the chord between two whole half-lives.
+        let cut = (u128::from(v) * frac) / (2 * half);
+        v - cut as u64
+    }
+
+    /// Counts one GET for `key` arriving at `now`; returns the count including it.
+    pub fn bump(&mut self, now: Instant, key: K) -> u32 {
+        let before = match self.counts.remove(&key) {
+            Some(old) => {
+                self.by_last.remove(&(old.at, key.clone()));
+                self.decayed(&old, now)
+            }
+            None => {
+                self.purge(now);
+                if self.counts.len() >= self.config.capacity {
+                    if let Some((_, stale)) = self.by_last.pop_first() {
+                        self.counts.remove(&stale);
+                    }
+                }
+                0
+            }
+        };
+        let cap = u64::from(MAX_ADVERTISED_LOAD) << KEY_FRACTION_BITS;
+        let value = (before + (1 << KEY_FRACTION_BITS)).min(cap);
+        self.by_last.insert((now, key.clone()));
+        self.counts.insert(key, KeyCount { value, at: now });
+        Self::whole(value)
+    }
+
+    fn whole(value: u64) -> u32 {
+        // Round half up; bounded by MAX_ADVERTISED_LOAD, so it fits.
+        ((value + (1 << (KEY_FRACTION_BITS - 1))) >> KEY_FRACTION_BITS) as u32
+    }
+
+    /// The decayed count of GETs for `key` at `now`, rounded to the nearest whole GET
+    /// (0 for a key never requested or forgotten). What a lookup reply reports.
+    pub fn count(&self, now: Instant, key: &K) -> u32 {
+        self.counts
+            .get(key)
+            .map_or(0, |c| Self::whole(self.decayed(c, now)))
+    }
+
+    /// Forgets every key whose count has decayed to nothing by `now`.
+    pub fn purge(&mut self, now: Instant) {
+        let forget = self.config.half_life.saturating_mul(KEY_FORGET_HALF_LIVES);
+        while let Some((at, _)) = self.by_last.first() {
+            if now.saturating_duration_since(*at) < forget {
+                break;
+            }
+            if let Some((_, key)) = self.by_last.pop_first() {
+                self.counts.remove(&key);
+            }
+        }
+    }
+
+    /// Forgets everything (a restarted node).
+    pub fn clear(&mut self) {
+        self.counts.clear();
+        self.by_last.clear();
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -429,6 +429,12 @@ pub struct Client {
     pub lookup_miss: f64,
     /// Retry rounds when a round proved nothing and nobody was refusing.
     pub max_plain_retries: u32,
+    /// Lookup replies carry per-key load hints: every holder the reader's lookup reaches
+    /// directly reports its decayed count of GETs for the block
+    /// (`peerblock_core::load::KeyCounter`), and the read machine's load-aware spreads
+    /// compare those (`Read::handle_lookup_peers`). NAT'd, partitioned, crashed and
+    /// silent nodes report nothing. `false`: plain lookups.
+    pub lookup_load_hints: bool,
 }
 
 impl Default for Client {
@@ -450,6 +456,7 @@ impl Default for Client {
             lookup_peers: 20,
             lookup_miss: 0.0,
             max_plain_retries: 1,
+            lookup_load_hints: false,
         }
     }
 }

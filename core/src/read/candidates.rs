@@ -32,6 +32,8 @@ pub(crate) struct Candidate {
     pub(crate) peer: PeerId,
     pub(crate) distance: Distance,
     pub(crate) tried: Tried,
+    /// The per-key load hint its latest lookup reply carried (clamped), if any.
+    pub(crate) key_load: Option<u32>,
 }
 
 /// Known peers ordered nearest-first, deduplicated, at most [`MAX_CANDIDATES`].
@@ -41,11 +43,19 @@ pub(crate) struct Candidates {
 }
 
 impl Candidates {
-    /// Adds `peer` in distance order unless known; when full, keeps the nearest.
-    pub(crate) fn insert(&mut self, key: &Key, peer: PeerId) {
+    /// Adds `peer` in distance order unless known; when full, keeps the nearest. A hint
+    /// (`Some`) replaces the one a known peer had; `None` keeps it (a plain lookup says
+    /// nothing new about load).
+    pub(crate) fn insert(&mut self, key: &Key, peer: PeerId, key_load: Option<u32>) {
         let distance = key.distance(&peer);
         let pos = match self.list.binary_search_by(|c| c.distance.cmp(&distance)) {
-            Ok(_) => return, // same distance from one key means same peer
+            Ok(pos) => {
+                // Same distance from one key means same peer.
+                if key_load.is_some() {
+                    self.list[pos].key_load = key_load;
+                }
+                return;
+            }
             Err(pos) => pos,
         };
         if pos >= MAX_CANDIDATES {
@@ -71,6 +81,7 @@ impl Candidates {
                 peer,
                 distance,
                 tried: Tried::Untried,
+                key_load,
             },
         );
     }
@@ -148,8 +159,8 @@ mod tests {
         let key = Key::from_u64(0);
         let mut c = Candidates::default();
         for n in (0..100u64).rev() {
-            c.insert(&key, PeerId::from_u64(n));
-            c.insert(&key, PeerId::from_u64(n));
+            c.insert(&key, PeerId::from_u64(n), None);
+            c.insert(&key, PeerId::from_u64(n), Some(1));
         }
         assert_eq!(c.len(), MAX_CANDIDATES);
         let ids: Vec<PeerId> = c.as_slice().iter().map(|c| c.peer).collect();

@@ -20,6 +20,10 @@ pub struct ChoiceOption {
     /// The requests in progress it last advertised, decayed by age
     /// ([`PeerView::load`](super::PeerView::load)); `None` if nothing recent was heard.
     pub load: Option<u32>,
+    /// The GETs *for this record* it reported receiving recently, delivered with the
+    /// lookup ([`LookupPeer::key_load`](super::LookupPeer::key_load)); `None` if the lookup
+    /// carried no hint for it.
+    pub key_load: Option<u32>,
 }
 
 impl ChoiceOption {
@@ -36,12 +40,54 @@ impl ChoiceOption {
 /// the unreachable ones first — which the simulator's replay measured as more failed dials
 /// and slower downloads; presuming it average keeps the choice fair to it.
 pub fn unknown_load_prior(options: &[ChoiceOption]) -> u32 {
-    let (sum, known) = options
-        .iter()
-        .filter_map(|o| o.load)
-        .fold((0u64, 0u64), |(s, k), l| (s + u64::from(l), k + 1));
-    // A mean of u32 values fits a u32; no hint at all means 0.
-    sum.checked_div(known).map_or(0, |mean| mean as u32)
+    mean(options.iter().filter_map(|o| o.load))
+}
+
+/// How the load-aware choices score the options of one decision: first on per-key hints
+/// when the lookup delivered any, then on node-level advertised load.
+///
+/// The two signals are on different scales (GETs for this record received recently
+/// against requests in progress for anything), so they are never added: with per-key
+/// hints the score is the pair (per-key hint + own GETs in flight, node-level score),
+/// compared in that order, so node load only breaks ties between equally requested
+/// holders. Without per-key hints the score is the node-level score alone: the load the
+/// peer advertised, decayed by age ([`unknown_load_prior`] when none is live), plus this
+/// client's own GETs in flight there. Options without a per-key hint in a decision that
+/// has some are not scored at all: the choice gives them their uniform share
+/// ([`Spread::LeastLoadedOfTwo`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scoring {
+    /// Whether per-key hints are compared first.
+    pub by_key: bool,
+    /// What an option without a live node-level hint scores.
+    pub node_prior: u32,
+}
+
+impl Scoring {
+    /// The scoring for one decision among `options`.
+    pub fn of(options: &[ChoiceOption]) -> Self {
+        Scoring {
+            by_key: options.iter().any(|o| o.key_load.is_some()),
+            node_prior: unknown_load_prior(options),
+        }
+    }
+
+    /// The score of `o`, compared lexicographically: lower is preferred.
+    pub fn score(&self, o: &ChoiceOption) -> (u32, u32) {
+        let node = o.score(self.node_prior);
+        match (self.by_key, o.key_load) {
+            (true, Some(k)) => (k.saturating_add(o.in_flight), node),
+            (true, None) => (u32::MAX, node),
+            (false, _) => (node, 0),
+        }
+    }
+}
+
+/// The mean of `values`, rounded down; 0 for none.
+fn mean(values: impl Iterator<Item = u32>) -> u32 {
+    let (sum, n) = values.fold((0u64, 0u64), |(s, k), l| (s + u64::from(l), k + 1));
+    // A mean of u32 values fits a u32; no value at all means 0.
+    sum.checked_div(n).map_or(0, |mean| mean as u32)
 }
 
 /// A spreading choice supplied by the integrator: given the options (nearest first, never
@@ -59,13 +105,16 @@ pub enum Spread {
     /// and A/B replays.
     Nearest,
     /// Power of two choices on load: draw two distinct members uniformly and keep the one
-    /// with the lower [`ChoiceOption::score`] — the load the peer advertised in its last
-    /// response (decayed by age; [`unknown_load_prior`] when none is live) plus this
-    /// client's own requests in flight there. On a tie keep the first draw, so with no load
-    /// anywhere it is exactly uniform, never biased towards the nearest. Two random choices
-    /// rather than the least loaded of all: every client acting on the same few-seconds-old
-    /// hints would pile onto the one member that looked idle (herding), which two choices
-    /// avoid.
+    /// with the lower [`Scoring::score`]. When the lookup delivered per-key hints
+    /// ([`LookupPeer`](super::LookupPeer)), that is the GETs for *this record* each member
+    /// reported receiving recently (plus this client's own GETs in flight there; node load
+    /// breaks ties), and a member without a hint keeps its uniform share. Otherwise it is
+    /// the load the peer advertised in its last response (decayed by age;
+    /// [`unknown_load_prior`] when none is live) plus this client's own GETs in flight. On
+    /// a tie keep the first draw, so with no load anywhere it is exactly uniform, never
+    /// biased towards the nearest. Two random choices rather than the least loaded of all:
+    /// clients acting on the same stale hints would pile onto the one member that looked
+    /// idle (herding), which two choices avoid (`docs/read.md` has the measurements).
     LeastLoadedOfTwo,
     /// The integrator's own choice (see [`CustomChoice`]).
     Custom(CustomChoice),
@@ -89,21 +138,39 @@ impl Spread {
         match self {
             Spread::Nearest => 0,
             Spread::Uniform => index_from_draw(rng.next_u64(), n),
-            Spread::LeastLoadedOfTwo => {
-                let a = index_from_draw(rng.next_u64(), n);
-                let mut b = index_from_draw(rng.next_u64(), n - 1);
-                if b >= a {
-                    b += 1;
-                }
-                let prior = unknown_load_prior(options);
-                if options[b].score(prior) < options[a].score(prior) {
-                    b
-                } else {
-                    a
-                }
-            }
+            Spread::LeastLoadedOfTwo => least_loaded_of_two(options, rng),
             Spread::Custom(f) => f(options, rng.next_u64()).min(n - 1),
         }
+    }
+}
+
+/// [`Spread::LeastLoadedOfTwo`]. The first draw is uniform over all options. In a
+/// decision with per-key hints, an option without one is taken as drawn — it gets
+/// exactly its uniform share, neither courted nor shunned — and otherwise the second
+/// draw and the comparison run among the options *with* a hint. Without per-key hints
+/// every option takes part. The lower [`Scoring::score`] wins; a tie keeps the first draw.
+fn least_loaded_of_two(options: &[ChoiceOption], rng: &mut impl Rng) -> usize {
+    let scoring = Scoring::of(options);
+    let first = index_from_draw(rng.next_u64(), options.len());
+    let compared = |o: &ChoiceOption| !scoring.by_key || o.key_load.is_some();
+    if !compared(&options[first]) {
+        return first;
+    }
+    let others = options.iter().filter(|o| compared(o)).count() - 1;
+    if others == 0 {
+        return first;
+    }
+    let nth = index_from_draw(rng.next_u64(), others);
+    let second = options
+        .iter()
+        .enumerate()
+        .filter(|&(i, o)| i != first && compared(o))
+        .nth(nth)
+        .map_or(first, |(i, _)| i);
+    if scoring.score(&options[second]) < scoring.score(&options[first]) {
+        second
+    } else {
+        first
     }
 }
 
@@ -121,6 +188,7 @@ mod tests {
                 rank: i,
                 in_flight: l,
                 load: None,
+                key_load: None,
             })
             .collect()
     }

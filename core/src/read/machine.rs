@@ -9,6 +9,7 @@ use crate::time::{Duration, Instant};
 use super::candidates::{Candidates, Tried};
 use super::choice::ChoiceOption;
 use super::config::{Absence, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
+use super::lookup::LookupPeer;
 use super::outcome::{Action, GetId, GetOutcome, OriginOutcome, ReadOutcome};
 use super::timers::{Timer, Timers};
 use super::view::PeerView;
@@ -199,19 +200,42 @@ impl Read {
     /// the round cannot end until [`handle_lookup`](Self::handle_lookup) is called or the
     /// lookup times out.
     pub fn handle_lookup_progress(&mut self, now: Instant, peers: &[PeerId]) {
+        self.lookup_progress(now, peers.iter().map(|&p| (p, None)));
+    }
+
+    /// [`handle_lookup_progress`](Self::handle_lookup_progress) with per-key load hints
+    /// (see [`LookupPeer`]).
+    pub fn handle_lookup_progress_peers(&mut self, now: Instant, peers: &[LookupPeer]) {
+        self.lookup_progress(now, peers.iter().map(|p| (p.id, p.bounded_key_load())));
+    }
+
+    fn lookup_progress(
+        &mut self,
+        now: Instant,
+        peers: impl Iterator<Item = (PeerId, Option<u32>)>,
+    ) {
         self.clock(now);
-        match self.phase {
-            Phase::Start => {
-                self.merge(peers);
-            }
-            Phase::Round { .. } => self.merge(peers),
-            _ => {}
+        if let Phase::Start | Phase::Round { .. } = self.phase {
+            self.merge(peers);
         }
     }
 
     /// The lookup's answer: the peers discovery found, in any order. Completes the round's
     /// lookup. See the driving contract for calls before the first `poll_action`.
     pub fn handle_lookup(&mut self, now: Instant, peers: &[PeerId]) {
+        self.lookup(now, peers.iter().map(|&p| (p, None)));
+    }
+
+    /// [`handle_lookup`](Self::handle_lookup) with per-key load hints: each peer's reply
+    /// may say how many GETs for this key it received recently ([`LookupPeer`]). The
+    /// read keeps each candidate's latest hint (a peer without one keeps what an earlier
+    /// lookup of this read said) and the load-aware spreads compare them
+    /// ([`Scoring`](super::Scoring)). Same contract as `handle_lookup` otherwise.
+    pub fn handle_lookup_peers(&mut self, now: Instant, peers: &[LookupPeer]) {
+        self.lookup(now, peers.iter().map(|p| (p.id, p.bounded_key_load())));
+    }
+
+    fn lookup(&mut self, now: Instant, peers: impl Iterator<Item = (PeerId, Option<u32>)>) {
         self.clock(now);
         match self.phase {
             Phase::Start => {
@@ -228,9 +252,9 @@ impl Read {
         }
     }
 
-    fn merge(&mut self, peers: &[PeerId]) {
-        for p in peers {
-            self.candidates.insert(&self.key, *p);
+    fn merge(&mut self, peers: impl Iterator<Item = (PeerId, Option<u32>)>) {
+        for (p, key_load) in peers {
+            self.candidates.insert(&self.key, p, key_load);
         }
     }
 
@@ -456,6 +480,7 @@ impl Read {
                         rank: index,
                         in_flight: view.in_flight(&c.peer),
                         load: view.load(now, &c.peer),
+                        key_load: c.key_load,
                     },
                 ));
             } else {

@@ -14,20 +14,23 @@
 //!   at decision time, its implementation for [`CooldownTable`](crate::cooldown::CooldownTable),
 //!   and [`StaticView`] for tests and simulations.
 //! - [`outcome`]: [`Action`], [`GetOutcome`], [`OriginOutcome`], [`ReadOutcome`].
+//! - [`lookup`]: [`LookupPeer`], a lookup's peer with its optional per-key load hint.
 //! - [`hedge`]: [`HedgeEstimator`], the optional adaptive hedge delay.
 
 mod candidates;
 pub mod choice;
 pub mod config;
 pub mod hedge;
+pub mod lookup;
 mod machine;
 pub mod outcome;
 mod timers;
 pub mod view;
 
-pub use choice::{ChoiceOption, CustomChoice, Spread};
+pub use choice::{ChoiceOption, CustomChoice, Scoring, Spread};
 pub use config::{Absence, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
 pub use hedge::HedgeEstimator;
+pub use lookup::LookupPeer;
 pub use machine::{Read, ReadStats, MAX_SKIPPED};
 pub use outcome::{Action, GetId, GetOutcome, OriginOutcome, ReadOutcome};
 pub use view::{PeerView, StaticView};

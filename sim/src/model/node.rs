@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
+use peerblock_core::load::{KeyCounter, KeyCounterConfig};
 use peerblock_core::server::{RequestTicket, SessionTicket};
 use peerblock_core::time::{Duration, Instant};
 
@@ -84,6 +85,9 @@ pub struct Node {
     pub uplink: Uplink,
     /// Bytes of completed responses.
     pub bytes_served: u64,
+    /// GETs received per block, decayed: what the node reports in its lookup replies
+    /// when the scenario's readers ask for per-key load hints.
+    pub keys: KeyCounter<u32>,
     /// No idle session can expire before this: sweeps before it are skipped (a lower
     /// bound, so a sweep may find nothing, never miss anything).
     next_expiry: Instant,
@@ -105,6 +109,7 @@ impl Node {
             sessions: BTreeMap::new(),
             uplink: Uplink::new(bytes_per_sec, cap),
             bytes_served: 0,
+            keys: KeyCounter::new(KeyCounterConfig::default()).expect("default is valid"),
             next_expiry: Instant::MAX,
             next_conn: 1,
         }
@@ -281,6 +286,7 @@ impl Node {
         self.sessions.clear();
         self.next_expiry = Instant::MAX;
         self.admission.reset();
+        self.keys.clear();
         let _ = self.uplink.clear(now);
     }
 }

@@ -212,6 +212,10 @@ impl World<'_> {
         if !node.reachable() || node.epoch != epoch || node.health == Health::Silent {
             return; // lost, or accepted and never answered: the client's timeouts decide
         }
+        if self.s.client.lookup_load_hints {
+            // The node counts every GET it receives, per block, for its lookup replies.
+            node.keys.bump(now, block);
+        }
         if !holds {
             node.touch(r, conn, now, self.idle);
             self.advertise(g, n);

@@ -1,11 +1,12 @@
 //! Downloads and block reads: starting them, driving each core read machine (lookups,
 //! GETs, cancels, timers) and recording how they end.
 
-use peerblock_core::read::{Action, OriginOutcome, Read, ReadOutcome};
+use peerblock_core::read::{Action, LookupPeer, OriginOutcome, Read, ReadOutcome};
 use peerblock_core::rng::indexed_seed;
 
 use super::{ms, Download, Ev, ReadState, World};
 use crate::model::content::node_of;
+use crate::model::node::Health;
 use crate::net::mix;
 use crate::slab::Handle;
 use crate::trace;
@@ -137,12 +138,25 @@ impl World<'_> {
         let skip = self.s.client.discovery_skips_suppressed;
         // A miss is a pure function of (this lookup, node): no shared stream to perturb.
         let miss = (self.s.client.lookup_miss * (1u64 << 53) as f64) as u64;
-        let peers: Vec<_> = self.content.order[rs.block as usize]
+        let hints = self.s.client.lookup_load_hints;
+        let block = rs.block;
+        let peers: Vec<LookupPeer> = self.content.order[block as usize]
             .iter()
             .filter(|&&n| miss == 0 || mix(salt ^ u64::from(n)) >> 11 >= miss)
-            .map(|&n| self.content.ids[n as usize])
-            .filter(|id| !skip || !reader.cooldown.is_suppressed(self.now, id))
+            .map(|&n| (n, self.content.ids[n as usize]))
+            .filter(|(_, id)| !skip || !reader.cooldown.is_suppressed(self.now, id))
             .take(want)
+            .map(|(n, id)| {
+                // Only a node the reader's lookup reached directly answers for itself; a
+                // NAT'd, partitioned, crashed or silent node is found through others'
+                // routing tables and carries no hint.
+                let node = &self.nodes[n as usize];
+                let answers = node.reachable() && node.health == Health::Up;
+                match hints && answers {
+                    true => LookupPeer::with_key_load(id, node.keys.count(self.now, &block)),
+                    false => LookupPeer::new(id),
+                }
+            })
             .collect();
         let (r, b) = (rs.reader, rs.block);
         trace!(
@@ -153,7 +167,7 @@ impl World<'_> {
             peers.len()
         );
         if let Some(rs) = self.reads.get_mut(h) {
-            rs.machine.handle_lookup(self.now, &peers);
+            rs.machine.handle_lookup_peers(self.now, &peers);
         }
         self.drive(h);
     }
