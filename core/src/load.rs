@@ -21,6 +21,13 @@
 //!
 //! Time never goes backwards in a correct driver; if it does, a hint "from the future"
 //! counts as brand new (age zero) rather than panicking or being dropped.
+//!
+//! Node-level load mixes every hot record a node holds, and a response tells a client
+//! only about the node that sent it. The node side of the finer signal lives here too:
+//! [`KeyCounter`], a bounded, decayed count of the GETs a node received per key, which a
+//! node reports in its lookup replies so that readers can compare a record's holders by
+//! that record's load before asking any of them
+//! ([`LookupPeer`](crate::read::LookupPeer)).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,7 +68,8 @@ impl Default for LoadConfig {
     }
 }
 
-/// A [`LoadConfig`] the integrator got wrong (local misuse, never a peer's fault).
+/// A [`LoadConfig`] or [`KeyCounterConfig`] the integrator got wrong (local misuse, never
+/// a peer's fault).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadConfigError {
     /// `capacity` was 0: the table could not remember the hint it was just given.
@@ -70,6 +78,9 @@ pub enum LoadConfigError {
     /// `horizon` was 0: every hint would be dead on arrival.
     #[error("load config: horizon must be longer than zero")]
     ZeroHorizon,
+    /// A [`KeyCounterConfig::half_life`] of 0: every count would vanish at once.
+    #[error("key counter config: half_life must be longer than zero")]
+    ZeroHalfLife,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -254,7 +265,7 @@ impl<K: Ord + Clone> KeyCounter<K> {
             return Err(LoadConfigError::ZeroCapacity);
         }
         if config.half_life.is_zero() {
-            return Err(LoadConfigError::ZeroHorizon);
+            return Err(LoadConfigError::ZeroHalfLife);
         }
         Ok(KeyCounter {
             config,
@@ -453,6 +464,101 @@ mod tests {
         assert_eq!(
             LoadTable::<u32>::new(zero_horizon).unwrap_err(),
             LoadConfigError::ZeroHorizon
+        );
+    }
+
+    fn counter(capacity: usize) -> KeyCounter<u32> {
+        KeyCounter::new(KeyCounterConfig {
+            capacity,
+            half_life: Duration::from_secs(30),
+        })
+        .unwrap()
+    }
+
+    /// Rule: each GET counts 1 and halves every half-life (exactly at whole half-lives,
+    /// linearly in between, never increasing).
+    #[test]
+    fn a_key_count_halves_every_half_life() {
+        let mut c = counter(8);
+        for _ in 0..8 {
+            c.bump(ms(0), 7);
+        }
+        assert_eq!(c.count(ms(0), &7), 8);
+        assert_eq!(c.count(ms(30_000), &7), 4);
+        assert_eq!(c.count(ms(60_000), &7), 2);
+        assert_eq!(c.count(ms(15_000), &7), 6, "linear within a half-life");
+        let mut last = u32::MAX;
+        for t in (0..200_000).step_by(1_000) {
+            let n = c.count(ms(t), &7);
+            assert!(n <= last, "never increases");
+            last = n;
+        }
+        assert_eq!(c.count(ms(0), &8), 0, "never requested");
+        // A bump adds to the decayed count.
+        assert_eq!(c.bump(ms(30_000), 7), 5);
+    }
+
+    /// Rule: memory is bounded; when full, the key requested least recently goes, and a
+    /// key unrequested for 32 half-lives is forgotten.
+    #[test]
+    fn key_counter_is_bounded_and_evicts_the_least_recently_requested_key() {
+        let mut c = counter(3);
+        c.bump(ms(0), 1);
+        c.bump(ms(1), 2);
+        c.bump(ms(2), 3);
+        c.bump(ms(3), 1); // 1 is now the most recent
+        c.bump(ms(4), 4);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.count(ms(4), &2), 0, "least recently requested evicted");
+        for k in [1, 3, 4] {
+            assert!(c.count(ms(4), &k) > 0);
+        }
+        for i in 0..10_000u32 {
+            c.bump(ms(10 + u64::from(i)), i);
+            assert!(c.len() <= 3);
+        }
+        c.purge(ms(10_010 + 32 * 30_000));
+        assert!(c.is_empty());
+        c.bump(ms(0), 9);
+        c.clear();
+        assert!(c.is_empty());
+    }
+
+    /// Rule: counts are bounded by [`MAX_ADVERTISED_LOAD`] (they go into replies and sums),
+    /// time going backwards counts as no time passing, and a bad config names the field.
+    #[test]
+    fn key_counts_are_clamped_time_backwards_is_harmless_and_config_is_checked() {
+        let mut c = counter(2);
+        for _ in 0..3 {
+            c.bump(ms(1_000), 1);
+        }
+        assert_eq!(c.count(ms(0), &1), 3, "age saturates at zero");
+        assert_eq!(c.bump(ms(0), 1), 4);
+        let mut big = counter(1);
+        big.counts.insert(
+            5,
+            KeyCount {
+                value: u64::from(MAX_ADVERTISED_LOAD) << KEY_FRACTION_BITS,
+                at: ms(0),
+            },
+        );
+        big.by_last.insert((ms(0), 5));
+        assert_eq!(big.bump(ms(0), 5), MAX_ADVERTISED_LOAD);
+        assert_eq!(
+            KeyCounter::<u32>::new(KeyCounterConfig {
+                capacity: 0,
+                ..KeyCounterConfig::default()
+            })
+            .unwrap_err(),
+            LoadConfigError::ZeroCapacity
+        );
+        assert_eq!(
+            KeyCounter::<u32>::new(KeyCounterConfig {
+                half_life: Duration::ZERO,
+                ..KeyCounterConfig::default()
+            })
+            .unwrap_err(),
+            LoadConfigError::ZeroHalfLife
         );
     }
 }
