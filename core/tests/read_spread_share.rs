@@ -11,7 +11,8 @@
 //! count says nothing; the holders' responses carry their load
 //! (`X-Peerblock-Load`, [`peerblock_core::wire::header::LOAD`]), which each client keeps in its own
 //! [`LoadTable`] — the signal the load-aware choice needs when many clients share a hot
-//! record.
+//! record. A third variant of it also answers each lookup with every holder's decayed
+//! count of GETs for the record ([`KeyCounter`], [`LookupPeer`]).
 //!
 //! `cargo test -p peerblock-core --release --test read_spread_share -- --ignored --nocapture`
 //! prints the figures recorded in docs/benchmarks.md.
@@ -19,10 +20,10 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use peerblock_core::load::{LoadConfig, LoadTable};
+use peerblock_core::load::{KeyCounter, KeyCounterConfig, LoadConfig, LoadTable};
 use peerblock_core::placement::{Key, PeerId};
 use peerblock_core::read::{
-    Action, GetId, GetOutcome, PeerView, Read, ReadConfig, Spread, StaticView,
+    Action, GetId, GetOutcome, LookupPeer, PeerView, Read, ReadConfig, Spread, StaticView,
 };
 use peerblock_core::rng::indexed_seed;
 use peerblock_core::time::{Duration, Instant};
@@ -99,6 +100,22 @@ const CLIENTS: usize = 70;
 /// service times, the same ratio as the 10 s default against a 1–2 s block transfer.
 const HORIZON_MS: u64 = 250;
 
+/// The per-key counters' half-life in this model: the same ratio to a GET's 20–80 ms as
+/// the 30 s default to a block transfer of one to a few seconds.
+const KEY_HALF_LIFE_MS: u64 = 1_000;
+
+/// What the many-client model's clients learn about the holders' load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hints {
+    /// Nothing: each client sees only its own GETs in flight.
+    Ignored,
+    /// The load header of each response (node-level load).
+    Advertised,
+    /// The load header, and with each lookup every holder's decayed count of GETs for the
+    /// record ([`KeyCounter`], via [`Read::handle_lookup_peers`]).
+    PerKey,
+}
+
 /// One client of the many-client model: its load table and its own GETs in flight.
 struct Client {
     hints: LoadTable<PeerId>,
@@ -129,7 +146,9 @@ impl PeerView for Client {
 /// The many-client model: same arrivals and latency rule as [`measure`] (20 ms + 10 ms
 /// per GET already in progress at the holder, from any client); each response tells its
 /// client the holder's requests in progress when it was admitted (itself included).
-fn measure_many(spread: Spread, use_hints: bool) -> Share {
+fn measure_many(spread: Spread, hints: Hints) -> Share {
+    let use_hints = hints != Hints::Ignored;
+    let mut counters: BTreeMap<PeerId, KeyCounter<u8>> = BTreeMap::new();
     let key = Key::from_u64(0);
     let group: Vec<PeerId> = (1..=7u64).map(PeerId::from_u64).collect();
     let cfg = ReadConfig {
@@ -176,8 +195,28 @@ fn measure_many(spread: Spread, use_hints: bool) -> Share {
         reads.push(Read::new(key, cfg.clone(), now, indexed_seed(42, i)).unwrap());
         while let Some(a) = reads[r].poll_action(now, &*c) {
             match a {
+                Action::Lookup if hints == Hints::PerKey => {
+                    let peers: Vec<LookupPeer> = group
+                        .iter()
+                        .map(|&p| {
+                            let count = counters.get(&p).map_or(0, |c| c.count(now, &0));
+                            LookupPeer::with_key_load(p, count)
+                        })
+                        .collect();
+                    reads[r].handle_lookup_peers(now, &peers)
+                }
                 Action::Lookup => reads[r].handle_lookup(now, &group),
                 Action::Get { id, peer } => {
+                    counters
+                        .entry(peer)
+                        .or_insert_with(|| {
+                            KeyCounter::new(KeyCounterConfig {
+                                half_life: Duration::from_millis(KEY_HALF_LIFE_MS),
+                                ..KeyCounterConfig::default()
+                            })
+                            .unwrap()
+                        })
+                        .bump(now, 0);
                     let load = at_holder.entry(peer).or_default();
                     let latency = 20 + 10 * u64::from(*load);
                     *load += 1;
@@ -209,9 +248,9 @@ fn measure_many(spread: Spread, use_hints: bool) -> Share {
 /// its own, nearly always zero, requests in flight) it does not.
 #[test]
 fn advertised_load_makes_two_choices_beat_uniform_across_many_clients() {
-    let uniform = measure_many(Spread::Uniform, true);
-    let hinted = measure_many(Spread::LeastLoadedOfTwo, true);
-    let blind = measure_many(Spread::LeastLoadedOfTwo, false);
+    let uniform = measure_many(Spread::Uniform, Hints::Advertised);
+    let hinted = measure_many(Spread::LeastLoadedOfTwo, Hints::Advertised);
+    let blind = measure_many(Spread::LeastLoadedOfTwo, Hints::Ignored);
     assert!(
         hinted.busiest_share < uniform.busiest_share,
         "{hinted:?} vs uniform {uniform:?}"
@@ -223,6 +262,24 @@ fn advertised_load_makes_two_choices_beat_uniform_across_many_clients() {
     assert!(
         hinted.peak_in_flight <= uniform.peak_in_flight,
         "{hinted:?} vs uniform {uniform:?}"
+    );
+}
+
+/// Rule: per-key hints with the lookup let every client compare the holders by the
+/// record's recent GETs before asking any of them; across many clients that flattens the
+/// busiest holder's share below both uniform and the node-level advertised load.
+#[test]
+fn per_key_hints_make_two_choices_flatten_the_share_across_many_clients() {
+    let uniform = measure_many(Spread::Uniform, Hints::Advertised);
+    let advertised = measure_many(Spread::LeastLoadedOfTwo, Hints::Advertised);
+    let keyed = measure_many(Spread::LeastLoadedOfTwo, Hints::PerKey);
+    assert!(
+        keyed.busiest_share < advertised.busiest_share,
+        "{keyed:?} vs advertised load {advertised:?}"
+    );
+    assert!(
+        keyed.busiest_share < uniform.busiest_share,
+        "{keyed:?} vs uniform {uniform:?}"
     );
 }
 
@@ -260,9 +317,22 @@ fn print_busiest_holder_share() {
         );
     }
     for (name, spread, hints) in [
-        ("uniform", Spread::Uniform, true),
-        ("two, hints ignored", Spread::LeastLoadedOfTwo, false),
-        ("two, advertised load", Spread::LeastLoadedOfTwo, true),
+        ("uniform", Spread::Uniform, Hints::Advertised),
+        (
+            "two, hints ignored",
+            Spread::LeastLoadedOfTwo,
+            Hints::Ignored,
+        ),
+        (
+            "two, advertised load",
+            Spread::LeastLoadedOfTwo,
+            Hints::Advertised,
+        ),
+        (
+            "two, per-key hints",
+            Spread::LeastLoadedOfTwo,
+            Hints::PerKey,
+        ),
     ] {
         let s = measure_many(spread, hints);
         println!(
