@@ -341,8 +341,10 @@ pub enum SpreadPolicy {
     Nearest,
     /// Uniform among the close group, then nearest-first (the reference's new client).
     Uniform,
-    /// peerblock: prefer the holder with the fewest of this reader's requests in flight,
-    /// ties broken uniformly.
+    /// peerblock: the less loaded of two random holders (core's
+    /// `Spread::LeastLoadedOfTwo`): by the per-key counts in the lookup replies with
+    /// `lookup_load_hints`, else by the load the holders advertised in their responses,
+    /// plus this reader's own GETs in flight.
     LoadAware,
 }
 
