@@ -89,6 +89,28 @@ fn decoding_a_request_allocates_nothing_after_warm_up() {
         }
     }
     assert_eq!(allocations() - before, 0, "pipelined requests allocate");
+
+    // Zero-copy: requests decoded straight from the caller's bytes, whole and pipelined.
+    let mut d = RequestDecoder::new();
+    let before = allocations();
+    for _ in 0..1000 {
+        let req = d.decode_slice(TYPICAL_REQUEST).unwrap().unwrap();
+        assert_eq!(req.head_len(), TYPICAL_REQUEST.len());
+        let Ok(Route::Block { path, hop }) = req.route() else {
+            panic!("typical request routes to a block")
+        };
+        assert_eq!((path.index, hop.0), (1234, 1));
+    }
+    for _ in 0..100 {
+        let mut rest = &burst[..];
+        while let Some(req) = d.decode_slice(rest).unwrap() {
+            rest = &rest[req.head_len()..];
+        }
+        assert!(rest.is_empty());
+    }
+    let zero_copy = allocations() - before;
+    println!("allocations per 1000 requests decoded with decode_slice: {zero_copy}");
+    assert_eq!(zero_copy, 0, "zero-copy decoding allocates");
 }
 
 #[test]

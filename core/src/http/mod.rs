@@ -34,7 +34,7 @@ mod response;
 pub use chunked::{ChunkedDecoder, ChunkedProgress};
 pub use encode::{OutgoingRequest, OutgoingResponse, RequestTarget, ResponseKind};
 pub use error::{ChunkedError, EncodeError, LengthError, RequestError, ResponseError, UsageError};
-pub use request::{Method, Rejection, Request, RequestDecoder, Route};
+pub use request::{Method, Rejection, Request, RequestDecoder, RequestRef, Route};
 pub use response::{BodyFraming, BodyLimit, ResponseDecoder, ResponseEvent, ResponseHead};
 
 /// Largest request head (request line, header fields, final empty line) we accept.
@@ -108,6 +108,7 @@ pub(crate) struct Span {
 
 impl Span {
     /// The span of `part` inside `base`; `part` must be a subslice of `base`.
+    #[inline]
     pub(crate) fn of(base: &[u8], part: &[u8]) -> Span {
         let start = (part.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
         debug_assert!(start + part.len() <= base.len());
@@ -117,10 +118,12 @@ impl Span {
         }
     }
 
+    #[inline]
     pub(crate) fn get(self, base: &[u8]) -> &[u8] {
         &base[self.start as usize..self.end as usize]
     }
 
+    #[inline]
     pub(crate) fn range(self) -> core::ops::Range<usize> {
         self.start as usize..self.end as usize
     }
@@ -137,27 +140,6 @@ pub(crate) fn has_bare_lf(head: &[u8]) -> bool {
         bad |= (*cur == b'\n') & (*prev != b'\r');
     }
     bad
-}
-
-/// Every line of a request head httparse accepted ends in CRLF, checked only where
-/// httparse allows a line to end: before the request line (skipped empty lines), before
-/// each field name, and the final empty line. Equivalent to `!has_bare_lf(head)` for
-/// heads httparse accepted (debug builds, and so the fuzzers, assert it), at a fraction
-/// of the cost of scanning every byte.
-pub(crate) fn request_lines_end_in_crlf<'h>(
-    head: &[u8],
-    method: &[u8],
-    names: impl Iterator<Item = &'h [u8]>,
-) -> bool {
-    let start = Span::of(head, method).start as usize;
-    let mut ok = start % 2 == 0 && head[..start].chunks_exact(2).all(|p| p == b"\r\n");
-    ok &= head.ends_with(b"\r\n\r\n");
-    for name in names {
-        let at = Span::of(head, name).start as usize;
-        ok &= at >= 2 && &head[at - 2..at] == b"\r\n";
-    }
-    debug_assert_eq!(ok, !has_bare_lf(head), "line-ending shortcut disagrees");
-    ok
 }
 
 /// A `Content-Length` value: one or more ASCII digits fitting in a `u64` (RFC 9110 §8.6).
