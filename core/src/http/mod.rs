@@ -122,11 +122,6 @@ impl Span {
     pub(crate) fn get(self, base: &[u8]) -> &[u8] {
         &base[self.start as usize..self.end as usize]
     }
-
-    #[inline]
-    pub(crate) fn range(self) -> core::ops::Range<usize> {
-        self.start as usize..self.end as usize
-    }
 }
 
 /// Is there an LF in `head` not preceded by CR? (RFC 9112 §2.2: we do not take the

@@ -91,19 +91,51 @@ pub type RequestRef<'a> = Request<&'a [u8]>;
 /// copies (the route, chunk key included, is decoded from the head when asked for).
 #[derive(Clone, Copy, Debug)]
 struct Decoded {
-    target: Span,
-    /// The path is `target[..path_end]` (the target without its query).
-    path_end: u32,
-    origin: Option<Span>,
-    node: Option<Span>,
-    peer_addr: Option<Span>,
-    epoch: Option<Span>,
-    hop: Option<Span>,
+    target: Place,
+    /// The path is the target up to here (the target without its query).
+    path_end: u16,
+    origin: Option<Place>,
+    node: Option<Place>,
+    peer_addr: Option<Place>,
+    epoch: Option<Place>,
+    hop: Option<Place>,
     hop_count: u8,
     origin_count: u8,
     method: Method,
     version: Version,
     keep_alive: bool,
+}
+
+/// Where a part of a request head lies in it. Two `u16`s (a head is at most
+/// [`MAX_REQUEST_HEAD_BYTES`]) keep [`Decoded`] small: it is moved with every request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    start: u16,
+    end: u16,
+}
+
+const _: () = assert!(MAX_REQUEST_HEAD_BYTES <= u16::MAX as usize);
+
+impl Place {
+    /// The place of `part` inside `head`; `part` must be a subslice of `head`.
+    #[inline(always)]
+    fn of(head: &[u8], part: &[u8]) -> Place {
+        let start = Span::of(head, part).start as usize;
+        Place {
+            start: start as u16,
+            end: (start + part.len()) as u16,
+        }
+    }
+
+    #[inline(always)]
+    fn range(self) -> core::ops::Range<usize> {
+        usize::from(self.start)..usize::from(self.end)
+    }
+
+    #[inline(always)]
+    fn get(self, head: &[u8]) -> &[u8] {
+        &head[self.range()]
+    }
 }
 
 impl<H: AsRef<[u8]>> Request<H> {
@@ -130,8 +162,8 @@ impl<H: AsRef<[u8]>> Request<H> {
 
     /// The target's path: everything before `?`. Routes are matched on this only.
     pub fn path(&self) -> &[u8] {
-        let target = self.decoded.target.range();
-        &self.head.as_ref()[target.start..self.decoded.path_end as usize]
+        let start = usize::from(self.decoded.target.start);
+        &self.head.as_ref()[start..usize::from(self.decoded.path_end)]
     }
 
     /// What the request asks for, or why it is not served (and with which status).
@@ -430,13 +462,13 @@ fn parse(window: &[u8]) -> Result<Option<(usize, Decoded)>, RequestError> {
     if version == Version::Http11 && !fields.host {
         return Err(RequestError::MissingHost);
     }
-    let target_span = Span::of(head, target);
-    let span = |v: &[u8]| Span::of(head, v);
+    let target_place = Place::of(head, target);
+    let span = |v: &[u8]| Place::of(head, v);
     Ok(Some((
         head_len,
         Decoded {
-            target: target_span,
-            path_end: target_span.start + path.len() as u32,
+            target: target_place,
+            path_end: target_place.start + path.len() as u16,
             origin: fields.origin.map(span),
             node: fields.node.map(span),
             peer_addr: fields.peer_addr.map(span),
