@@ -5,7 +5,8 @@
 //! [`bytes::BytesMut`] while bodies stay separate [`bytes::Bytes`] so drivers can write
 //! them without copying.
 //!
-//! * [`RequestDecoder`]: server side. Pipelined requests in order, keep-alive and
+//! * [`RequestDecoder`]: server side, buffered (`feed` + `decode`) or zero-copy
+//!   (`decode_slice`). Pipelined requests in order, keep-alive and
 //!   `Connection: close`, HTTP/1.0 and 1.1, and every framing rule that closes the door on
 //!   request smuggling (requests in this protocol never carry a body).
 //! * [`ResponseDecoder`]: client side. Status, headers and a `Content-Length`, chunked or
@@ -23,7 +24,9 @@
 //! holds its head as a [`bytes::Bytes`] split off that buffer plus offsets, so decoding
 //! allocates nothing once the buffer exists, as long as the previous request's head has
 //! been dropped before the buffer needs compacting (the `alloc_request` integration test
-//! counts it). Response bodies are the one per-response allocation.
+//! counts it). [`RequestDecoder::decode_slice`] skips the buffer altogether when the
+//! caller's bytes hold a complete head: the [`RequestRef`] borrows them (no copy, no
+//! reference count). Response bodies are the one per-response allocation.
 
 mod chunked;
 mod encode;
