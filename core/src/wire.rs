@@ -161,10 +161,17 @@ impl fmt::Display for Status {
 /// A chunk key: 1 to [`MAX_CHUNK_KEY_BYTES`] bytes, stored inline.
 ///
 /// Equality, ordering and hashing consider only the key's bytes.
+///
+/// Layout: the bytes come first and the whole is 16-byte aligned, so the key's bytes
+/// always sit at a 16-byte boundary of whatever holds them (a [`BlockPath`], a route, a
+/// request). Decoding writes them in 16-byte stores, and every later move of the holder
+/// then reads each of those stores back whole (an unaligned layout made every move of a
+/// decoded route stall on store forwarding, a measurable share of request decoding).
 #[derive(Clone, Copy)]
+#[repr(C, align(16))]
 pub struct ChunkKey {
-    len: u8,
     bytes: [u8; MAX_CHUNK_KEY_BYTES],
+    len: u8,
 }
 
 impl ChunkKey {
@@ -265,11 +272,11 @@ impl ChunkKey {
     }
 }
 
-/// Are all sixteen bytes hex digits? Independent per-byte lanes without branches or
-/// tables, so it compiles to a handful of 16-byte vector instructions (the chunk key of
-/// every block request goes through it).
+/// Are all `N` bytes hex digits? Independent per-byte lanes without branches or tables,
+/// so it compiles to a handful of 16-byte vector instructions per 16 digits (the chunk key
+/// of every block request goes through it).
 #[inline(always)]
-fn all_hex16(digits: &[u8; 16]) -> bool {
+fn all_hex<const N: usize>(digits: &[u8; N]) -> bool {
     let mut ok = true;
     for &b in digits {
         let digit = b.wrapping_sub(b'0') < 10;
@@ -384,10 +391,17 @@ pub(crate) fn split_block_path(path: &[u8]) -> Result<(&[u8], u64), PathError> {
     // time); if a well-formed key ends at the separator, that is the key. Anything
     // unusual falls through to the precise path below, which names the error.
     let mut digits = 0;
-    while digits + 16 <= MAX_CHUNK_KEY_HEX_DIGITS {
-        match rest.get(digits..digits + 16).map(<&[u8; 16]>::try_from) {
-            Some(Ok(sixteen)) if all_hex16(sixteen) => digits += 16,
+    while digits + 32 <= MAX_CHUNK_KEY_HEX_DIGITS {
+        match rest.get(digits..digits + 32).map(<&[u8; 32]>::try_from) {
+            Some(Ok(block)) if all_hex(block) => digits += 32,
             _ => break,
+        }
+    }
+    if digits + 16 <= MAX_CHUNK_KEY_HEX_DIGITS {
+        if let Some(Ok(block)) = rest.get(digits..digits + 16).map(<&[u8; 16]>::try_from) {
+            if all_hex(block) {
+                digits += 16;
+            }
         }
     }
     while digits < MAX_CHUNK_KEY_HEX_DIGITS
@@ -728,7 +742,12 @@ mod tests {
                 let mut digits = *b"0123456789abCDEf";
                 digits[pos] = b;
                 let valid = digits.iter().all(|d| hex_value(*d).is_some());
-                assert_eq!(all_hex16(&digits), valid, "{digits:?}");
+                assert_eq!(all_hex(&digits), valid, "{digits:?}");
+                for half in [0, 16] {
+                    let mut wide = [b'a'; 32];
+                    wide[half..half + 16].copy_from_slice(&digits);
+                    assert_eq!(all_hex(&wide), valid, "{digits:?} at {half}");
+                }
             }
         }
     }
