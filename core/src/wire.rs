@@ -387,8 +387,9 @@ pub(crate) fn split_block_path(path: &[u8]) -> Result<(&[u8], u64), PathError> {
     let rest = path
         .strip_prefix(BLOCK_PATH_PREFIX.as_bytes())
         .ok_or(PathError::NotBlockPath)?;
-    // Fast path (every request runs it): measure the run of hex digits (sixteen at a
-    // time); if a well-formed key ends at the separator, that is the key. Anything
+    // Fast path (every request runs it): measure the run of hex digits (32 at a time,
+    // then 16, then one by one); if a well-formed key ends at the separator, that is the
+    // key. Anything
     // unusual falls through to the precise path below, which names the error.
     let mut digits = 0;
     while digits + 32 <= MAX_CHUNK_KEY_HEX_DIGITS {
