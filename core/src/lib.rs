@@ -17,6 +17,7 @@ pub mod breaker;
 pub mod client;
 pub mod cooldown;
 pub mod http;
+pub mod load;
 pub mod pair;
 pub mod placement;
 pub mod read;

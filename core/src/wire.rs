@@ -77,6 +77,12 @@ pub mod header {
     pub const REFUSED: &str = "X-Peerblock-Refused";
     /// Seconds until a refused request may be retried (RFC 9110 §10.2.3).
     pub const RETRY_AFTER: &str = "Retry-After";
+    /// peerblock's advertised load, on every block response (`200`, `404`, the `503`
+    /// refusal): the node's admitted requests in progress when the head was written (an
+    /// admitted request counts itself), as a decimal. Clients keep it per peer
+    /// ([`LoadTable`](crate::load::LoadTable)) so load-aware spreading sees what other
+    /// clients are doing to a holder. Absent or malformed, it is simply unknown.
+    pub const LOAD: &str = "X-Peerblock-Load";
 }
 
 /// The statuses a peer answers with. Closed set: the server never invents others.

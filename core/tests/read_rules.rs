@@ -7,7 +7,7 @@ use bytes::Bytes;
 use peerblock_core::cooldown::{CooldownConfig, CooldownTable, DialOutcome};
 use peerblock_core::placement::PeerId;
 use peerblock_core::read::{
-    Action, GetOutcome, OriginOutcome, Read, ReadConfig, ReadOutcome, Spread, StaticView,
+    Absence, Action, GetOutcome, OriginOutcome, Read, ReadConfig, ReadOutcome, Spread, StaticView,
 };
 use peerblock_core::time::{Duration, Instant};
 use read_support::{drain, gets, key_and_peers, millis, secs};
@@ -495,4 +495,55 @@ fn silent_lookup_and_silent_get_are_bounded_by_their_timeouts() {
     let a = drain(&mut read, secs(10), &view);
     assert_eq!(a, vec![Action::Cancel { id: g[0].0 }]);
     assert_eq!(read.poll_timeout(), Some(secs(11)), "then the 1 s retry");
+}
+
+/// Rule: absence is proved only by the nearest close group answering NotFound. When every
+/// one of the seven nearest peers (the holders) is unreachable, the seven next-nearest
+/// answer NotFound honestly; that proves nothing about the record, so the read ends
+/// Unavailable, never Absent.
+#[test]
+fn not_found_from_peers_past_dead_holders_is_not_absence() {
+    let (key, peers) = key_and_peers(14);
+    let view = StaticView::new();
+    let cfg = ReadConfig {
+        max_plain_retries: 0,
+        ..ReadConfig::default()
+    };
+    let mut read = Read::new(key, cfg, secs(0), 6).unwrap();
+    let _ = drain(&mut read, secs(0), &view);
+    read.handle_lookup(secs(0), &peers);
+    let a = drain(&mut read, secs(0), &view);
+    let holders = &peers[..7];
+    let seen = answer_all(&mut read, secs(0), &view, a, &mut |p| {
+        if holders.contains(&p) {
+            GetOutcome::Failed
+        } else {
+            GetOutcome::NotFound
+        }
+    });
+    let asked: Vec<PeerId> = gets(&seen).iter().map(|g| g.1).collect();
+    assert!(
+        peers[7..].iter().all(|p| asked.contains(p)),
+        "the read goes on past the dead holders and hears seven NotFounds"
+    );
+    assert_eq!(done(&seen), Some(ReadOutcome::Unavailable));
+
+    // The reference client's rule, kept for replays, counts those seven NotFounds.
+    let cfg = ReadConfig {
+        max_plain_retries: 0,
+        absence: Absence::AnyCloseGroup,
+        ..ReadConfig::default()
+    };
+    let mut read = Read::new(key, cfg, secs(0), 6).unwrap();
+    let _ = drain(&mut read, secs(0), &view);
+    read.handle_lookup(secs(0), &peers);
+    let a = drain(&mut read, secs(0), &view);
+    let seen = answer_all(&mut read, secs(0), &view, a, &mut |p| {
+        if holders.contains(&p) {
+            GetOutcome::Failed
+        } else {
+            GetOutcome::NotFound
+        }
+    });
+    assert_eq!(done(&seen), Some(ReadOutcome::Absent));
 }

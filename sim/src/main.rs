@@ -1,6 +1,5 @@
-//! The peerblock cluster simulator (not built yet; see docs/sim.md once it lands).
+//! `sim SCENARIO.toml [options]`: see `sim --help` and docs/sim.md.
 
 fn main() {
-    eprintln!("sim: the simulator is not built yet");
-    std::process::exit(2);
+    std::process::exit(sim::cli::main(std::env::args().skip(1).collect()));
 }

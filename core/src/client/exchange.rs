@@ -236,6 +236,8 @@ pub struct Exchange {
     pooled: bool,
     /// Any response byte arrived.
     received: bool,
+    /// The load the peer advertised in the response head, once it arrived.
+    load: Option<u32>,
 }
 
 impl Exchange {
@@ -313,6 +315,7 @@ impl Exchange {
             event: None,
             pooled,
             received: false,
+            load: None,
         };
         // A deadline already in the past (a caller deadline before now) ends it at once.
         exchange.handle_timeout(now);
@@ -512,6 +515,7 @@ impl Exchange {
                 Ok(None) => return,
                 Ok(Some(ResponseEvent::Head(head))) => {
                     self.timers.stop(Timer::ResponseHeader);
+                    self.load = head.load();
                     self.head = Some(head);
                 }
                 Ok(Some(ResponseEvent::Body(body))) => {
@@ -609,6 +613,7 @@ impl Exchange {
             && matches!(ending, Ending::Failed(ExchangeError::Closed));
         let mut outcome = ExchangeOutcome::new(ending, self.path, fate);
         outcome.retry_fresh = retry_fresh;
+        outcome.load = self.load;
         self.event = Some(ClientEvent::Done(outcome));
     }
 }

@@ -241,6 +241,11 @@ pub struct ExchangeOutcome {
     /// outcome (as HTTP clients do for idempotent requests); if they do record it, it is
     /// the soft failure `breaker` says.
     pub retry_fresh: bool,
+    /// The load the peer advertised in its response head (`X-Peerblock-Load`), if it sent
+    /// one: record it in the driver's [`LoadTable`](crate::load::LoadTable) for
+    /// load-aware spreading, whatever the ending (a refusal's load is as telling as a
+    /// `200`'s).
+    pub load: Option<u32>,
 }
 
 impl ExchangeOutcome {
@@ -254,6 +259,7 @@ impl ExchangeOutcome {
             path,
             connection,
             retry_fresh: false,
+            load: None,
         }
     }
 }

@@ -214,6 +214,8 @@ pub struct OutgoingResponse<'a> {
     pub node: Option<&'a str>,
     /// Send `Connection: close` (also implied by [`ResponseKind::forces_close`]).
     pub close: bool,
+    /// `X-Peerblock-Load`: our requests in progress, if the server advertises it.
+    pub load: Option<u32>,
 }
 
 impl<'a> OutgoingResponse<'a> {
@@ -224,6 +226,7 @@ impl<'a> OutgoingResponse<'a> {
             kind,
             node,
             close: false,
+            load: None,
         }
     }
 
@@ -269,6 +272,11 @@ impl<'a> OutgoingResponse<'a> {
             _ => out.put_slice(b"Content-Type: text/plain; charset=utf-8\r\n"),
         }
         put_field(out, header::NODE, self.node);
+        if let Some(load) = self.load {
+            put_name(out, header::LOAD);
+            put_decimal(out, u64::from(load));
+            out.put_slice(b"\r\n");
+        }
         match self.kind {
             ResponseKind::MethodNotAllowed => out.put_slice(b"Allow: GET\r\n"),
             ResponseKind::UpstreamRefused { upstream_status } => {

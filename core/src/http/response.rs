@@ -61,6 +61,7 @@ pub struct ResponseHead {
     upstream_status: Option<Span>,
     retry_after: Option<Span>,
     refused: Option<Span>,
+    load: Option<Span>,
 }
 
 impl ResponseHead {
@@ -123,6 +124,22 @@ impl ResponseHead {
     /// The refusal header's reason (`X-Peerblock-Refused`), if present.
     pub fn refused(&self) -> Option<&[u8]> {
         self.refused.map(|s| s.get(&self.head))
+    }
+
+    /// `X-Peerblock-Load`: the responder's requests in progress when it wrote this head, as
+    /// it advertised them. `None` if absent, not a plain decimal, or above `u32::MAX`: a
+    /// malformed hint is no hint (the value is the peer's input; consumers bound it too).
+    pub fn load(&self) -> Option<u32> {
+        let raw = self.load.map(|s| s.get(&self.head))?;
+        if raw.is_empty() || raw.len() > 10 {
+            return None;
+        }
+        raw.iter().try_fold(0u32, |acc, &b| {
+            if !b.is_ascii_digit() {
+                return None;
+            }
+            acc.checked_mul(10)?.checked_add(u32::from(b - b'0'))
+        })
     }
 
     /// An explicit refusal: `503` with the refusal header. The peer is alive and full;
@@ -443,6 +460,7 @@ impl ResponseDecoder {
         let mut te_count = 0u32;
         let (mut close, mut keep_alive_opt) = (false, false);
         let (mut node, mut upstream, mut retry_after, mut refused) = (None, None, None, None);
+        let mut load = None;
         for h in res.headers.iter() {
             let name = h.name.as_bytes();
             let value = h.value;
@@ -469,6 +487,9 @@ impl ResponseDecoder {
                 17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
                     transfer_encoding = Some(value);
                     te_count += 1;
+                }
+                16 if name.eq_ignore_ascii_case(b"x-peerblock-load") => {
+                    load = load.or(Some(Span::of(head, value)))
                 }
                 19 if name.eq_ignore_ascii_case(b"x-peerblock-refused") => {
                     refused = refused.or(Some(Span::of(head, value)))
@@ -568,6 +589,7 @@ impl ResponseDecoder {
             upstream_status: upstream,
             retry_after,
             refused,
+            load,
         }))
     }
 }

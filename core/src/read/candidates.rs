@@ -106,12 +106,27 @@ impl Candidates {
             .count()
     }
 
-    /// How many candidates answered `NotFound`.
+    /// How many candidates answered `NotFound` (the reference client's absence count).
     pub(crate) fn not_found(&self) -> usize {
         self.list
             .iter()
             .filter(|c| c.tried == Tried::NotFound)
             .count()
+    }
+
+    /// The absence rule: the record is authoritatively absent only when the nearest
+    /// `group` known peers all answered `NotFound`.
+    ///
+    /// Counting *any* `group` answers is not enough: when the true holders are dead or
+    /// unreachable, the next-nearest peers (who never held the record) answer `NotFound`
+    /// honestly, and counting them would report a missing record where the truth is that
+    /// its holders could not be reached (`Unavailable`). A peer past the nearest `group`
+    /// cannot be a holder once those all said `NotFound`, so it never delays absence.
+    pub(crate) fn nearest_answered_not_found(&self, group: usize) -> bool {
+        self.list.len() >= group
+            && self.list[..group]
+                .iter()
+                .all(|c| c.tried == Tried::NotFound)
     }
 
     /// A new round asks again everyone who did not answer `NotFound`.

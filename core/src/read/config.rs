@@ -52,6 +52,21 @@ pub const MAX_REFUSAL_WAITS_LIMIT: u32 = 16;
 /// Upper bound on `max_plain_retries`, for the same reason.
 pub const MAX_PLAIN_RETRIES_LIMIT: u32 = 16;
 
+/// Which `NotFound` answers prove a record absent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Absence {
+    /// peerblock's rule: the nearest `close_group_size` known peers all answered
+    /// `NotFound`. A nearer peer that failed, timed out or was skipped may be an unreachable
+    /// holder, so it blocks absence and the read ends `Unavailable` instead.
+    #[default]
+    NearestCloseGroup,
+    /// The reference client's rule, kept so the simulator can replay it: any
+    /// `close_group_size` distinct peers answering `NotFound` prove absence, even when
+    /// they are the peers past a close group of unreachable holders. It reports records
+    /// "not found" while their holders are only unreachable; do not use it in a client.
+    AnyCloseGroup,
+}
+
 /// Rules and timings for one read. `Default` is the reference behaviour.
 #[derive(Clone, Debug)]
 pub struct ReadConfig {
@@ -71,6 +86,8 @@ pub struct ReadConfig {
     pub get_timeout: Duration,
     /// Proceed without the lookup after this long (default 10 s).
     pub lookup_timeout: Duration,
+    /// Which `NotFound` answers prove absence (default [`Absence::NearestCloseGroup`]).
+    pub absence: Absence,
     /// Whether a read that peers cannot serve ends by fetching from the origin.
     pub origin: bool,
     /// Abandon the origin fetch after this long (default 10 s).
@@ -88,6 +105,7 @@ impl Default for ReadConfig {
             spread: Spread::Uniform,
             get_timeout: DEFAULT_GET_TIMEOUT,
             lookup_timeout: DEFAULT_LOOKUP_TIMEOUT,
+            absence: Absence::NearestCloseGroup,
             origin: false,
             origin_timeout: DEFAULT_ORIGIN_TIMEOUT,
         }

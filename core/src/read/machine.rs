@@ -8,7 +8,7 @@ use crate::time::{Duration, Instant};
 
 use super::candidates::{Candidates, Tried};
 use super::choice::ChoiceOption;
-use super::config::{ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
+use super::config::{Absence, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
 use super::outcome::{Action, GetId, GetOutcome, OriginOutcome, ReadOutcome};
 use super::timers::{Timer, Timers};
 use super::view::PeerView;
@@ -455,6 +455,7 @@ impl Read {
                         peer: c.peer,
                         rank: index,
                         in_flight: view.in_flight(&c.peer),
+                        load: view.load(now, &c.peer),
                     },
                 ));
             } else {
@@ -531,13 +532,23 @@ impl Read {
             } else {
                 self.finish(ReadOutcome::Busy);
             }
-        } else if self.candidates.not_found() >= group {
+        } else if self.proves_absence() {
             self.finish(ReadOutcome::Absent);
         } else if self.stats.plain_retries < self.config.max_plain_retries {
             self.stats.plain_retries += 1;
             self.wait(now, self.config.retry_delay);
         } else {
             self.finish(ReadOutcome::Unavailable);
+        }
+    }
+
+    /// Whether the `NotFound` answers so far prove the record absent under the configured
+    /// [`Absence`] rule.
+    fn proves_absence(&self) -> bool {
+        let group = self.config.close_group_size;
+        match self.config.absence {
+            Absence::NearestCloseGroup => self.candidates.nearest_answered_not_found(group),
+            Absence::AnyCloseGroup => self.candidates.not_found() >= group,
         }
     }
 

@@ -26,7 +26,7 @@ mod timers;
 pub mod view;
 
 pub use choice::{ChoiceOption, CustomChoice, Spread};
-pub use config::{ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
+pub use config::{Absence, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
 pub use hedge::HedgeEstimator;
 pub use machine::{Read, ReadStats, MAX_SKIPPED};
 pub use outcome::{Action, GetId, GetOutcome, OriginOutcome, ReadOutcome};

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cooldown::CooldownTable;
+use crate::load::LoadTable;
 use crate::placement::PeerId;
 use crate::time::{Duration, Instant};
 
@@ -24,6 +25,16 @@ pub trait PeerView {
     /// This client's requests in flight to `peer` (for load-aware spreading). Default 0.
     fn in_flight(&self, _peer: &PeerId) -> u32 {
         0
+    }
+
+    /// The requests in progress `peer` last advertised in a response (its
+    /// [`header::LOAD`](crate::wire::header::LOAD)), decayed by age, or `None` if nothing
+    /// recent was heard. This is what other clients are doing to the peer, which this
+    /// client's own [`in_flight`](PeerView::in_flight) cannot show. Drivers answer it
+    /// from a [`LoadTable`]; the default (no hints) makes load-aware spreading fall back to
+    /// this client's own load.
+    fn load(&self, _now: Instant, _peer: &PeerId) -> Option<u32> {
+        None
     }
 
     /// Calls `f` for every peer currently skipped for a refusal, with its time left,
@@ -51,6 +62,23 @@ impl PeerView for CooldownTable<PeerId> {
     }
 }
 
+/// A load table keyed by peer id answers [`PeerView::load`] and nothing else: everyone
+/// eligible, nobody refusing. Drivers combine it with their cooldown table and breaker in
+/// their own view; on its own it is handy for tests of the spreading choice.
+impl PeerView for LoadTable<PeerId> {
+    fn eligible(&self, _now: Instant, _peer: &PeerId) -> bool {
+        true
+    }
+
+    fn refused_for(&self, _now: Instant, _peer: &PeerId) -> Option<Duration> {
+        None
+    }
+
+    fn load(&self, now: Instant, peer: &PeerId) -> Option<u32> {
+        LoadTable::load(self, now, peer)
+    }
+}
+
 /// A plain, explicit view for tests and simulations: sets of blocked peers, refusal end
 /// instants and load counters, all in ordered maps so iteration never depends on hashing.
 #[derive(Clone, Debug, Default)]
@@ -61,6 +89,8 @@ pub struct StaticView {
     pub refused_until: BTreeMap<PeerId, Instant>,
     /// Requests in flight per peer.
     pub load: BTreeMap<PeerId, u32>,
+    /// Advertised (already decayed) load per peer, as [`PeerView::load`] reports it.
+    pub advertised: BTreeMap<PeerId, u32>,
 }
 
 impl StaticView {
@@ -94,6 +124,10 @@ impl PeerView for StaticView {
         self.load.get(peer).copied().unwrap_or(0)
     }
 
+    fn load(&self, _now: Instant, peer: &PeerId) -> Option<u32> {
+        self.advertised.get(peer).copied()
+    }
+
     fn for_each_refused(&self, now: Instant, f: &mut dyn FnMut(PeerId, Duration)) {
         for (p, until) in &self.refused_until {
             if *until > now {
@@ -112,6 +146,9 @@ impl<V: PeerView + ?Sized> PeerView for &V {
     }
     fn in_flight(&self, peer: &PeerId) -> u32 {
         (**self).in_flight(peer)
+    }
+    fn load(&self, now: Instant, peer: &PeerId) -> Option<u32> {
+        (**self).load(now, peer)
     }
     fn for_each_refused(&self, now: Instant, f: &mut dyn FnMut(PeerId, Duration)) {
         (**self).for_each_refused(now, f)

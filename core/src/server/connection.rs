@@ -219,16 +219,34 @@ pub enum Accept<S = IpAddr> {
 /// `Retry-After` rounded up to whole seconds, `Connection: close`, short text body) into
 /// `out`.
 pub fn encode_refusal(refusal: &Refusal, node: Option<&str>, out: &mut BytesMut) {
+    encode_refusal_with_load(refusal, node, None, out);
+}
+
+/// [`encode_refusal`] with the node's advertised load (`X-Peerblock-Load`): a refusal is
+/// the moment a node is most worth steering around, so the server always sends it.
+pub fn encode_refusal_with_load(
+    refusal: &Refusal,
+    node: Option<&str>,
+    load: Option<u32>,
+    out: &mut BytesMut,
+) {
     let secs = refusal.retry_after.as_secs() + u64::from(refusal.retry_after.subsec_nanos() > 0);
-    let response = OutgoingResponse::new(
+    let mut response = OutgoingResponse::new(
         ResponseKind::Refused {
             reason: refusal.reason.as_token(),
             retry_after_secs: secs.max(1),
         },
         node,
     );
+    response.load = load;
     encode_into(&response, out);
     out.extend_from_slice(response.kind.error_body());
+}
+
+/// The node's load as its responses advertise it (`X-Peerblock-Load`): requests in
+/// progress now, saturating at `u32::MAX`.
+fn advertised_load<S: Ord + Clone>(admission: &Admission<S>) -> Option<u32> {
+    Some(u32::try_from(admission.requests()).unwrap_or(u32::MAX))
 }
 
 /// Encodes a head. A node id that cannot be sent as a header value (see
@@ -337,7 +355,8 @@ impl<S: Ord + Clone> ServerConnection<S> {
             }),
             Err(refusal) => {
                 let mut out = BytesMut::with_capacity(256);
-                encode_refusal(&refusal, Some(&config.node_id), &mut out);
+                let load = advertised_load(admission);
+                encode_refusal_with_load(&refusal, Some(&config.node_id), load, &mut out);
                 Accept::Refused {
                     refusal,
                     response: out.freeze(),
@@ -402,7 +421,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
                 Ok(Some(request)) => self.on_request(now, admission, request),
                 Err(e) => {
                     let kind = kind_for_status(e.status());
-                    self.push_fixed(kind, true);
+                    self.push_fixed(kind, true, advertised_load(admission));
                 }
             }
         }
@@ -414,9 +433,9 @@ impl<S: Ord + Clone> ServerConnection<S> {
         id
     }
 
-    fn push_fixed(&mut self, kind: ResponseKind<'_>, close: bool) {
+    fn push_fixed(&mut self, kind: ResponseKind<'_>, close: bool, load: Option<u32>) {
         let id = self.new_id();
-        let transmit = self.frame(kind, Bytes::new(), close);
+        let transmit = self.frame(kind, Bytes::new(), close, load);
         self.closing |= transmit.close;
         self.idle_since = None;
         self.queue.push_back(Slot {
@@ -434,7 +453,8 @@ impl<S: Ord + Clone> ServerConnection<S> {
             Ok(route) => route,
             Err(rejection) => {
                 // 404 unknown path, 405 method, 400 path/hop: the source is never invoked.
-                self.push_fixed(kind_for_status(rejection.status()), close);
+                let load = advertised_load(admission);
+                self.push_fixed(kind_for_status(rejection.status()), close, load);
                 return;
             }
         };
@@ -457,7 +477,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
                 let ticket = match admission.begin_request(now, &mut self.session) {
                     Ok(t) => t,
                     Err(refusal) => {
-                        self.push_refusal(&refusal);
+                        self.push_refusal(&refusal, advertised_load(admission));
                         return;
                     }
                 };
@@ -491,7 +511,9 @@ impl<S: Ord + Clone> ServerConnection<S> {
                 };
                 if declined {
                     // A requester error: 404 before any cache or upstream access.
-                    slot.ready = Some(self.frame(ResponseKind::NotFound, Bytes::new(), close));
+                    let load = advertised_load(admission);
+                    slot.ready =
+                        Some(self.frame(ResponseKind::NotFound, Bytes::new(), close, load));
                 } else {
                     self.events.push_back(ServerEvent::Fetch {
                         id,
@@ -503,10 +525,10 @@ impl<S: Ord + Clone> ServerConnection<S> {
         }
     }
 
-    fn push_refusal(&mut self, refusal: &Refusal) {
+    fn push_refusal(&mut self, refusal: &Refusal, load: Option<u32>) {
         let id = self.new_id();
         let mut out = BytesMut::with_capacity(256);
-        encode_refusal(refusal, Some(&self.config.node_id), &mut out);
+        encode_refusal_with_load(refusal, Some(&self.config.node_id), load, &mut out);
         self.closing = true;
         self.idle_since = None;
         self.queue.push_back(Slot {
@@ -522,9 +544,16 @@ impl<S: Ord + Clone> ServerConnection<S> {
         });
     }
 
-    fn frame(&mut self, kind: ResponseKind<'_>, body: Bytes, close: bool) -> Transmit {
+    fn frame(
+        &mut self,
+        kind: ResponseKind<'_>,
+        body: Bytes,
+        close: bool,
+        load: Option<u32>,
+    ) -> Transmit {
         let mut response = OutgoingResponse::new(kind, Some(&self.config.node_id));
         response.close = close;
+        response.load = load;
         let close = response.closes();
         let body = if matches!(
             kind,
@@ -575,7 +604,8 @@ impl<S: Ord + Clone> ServerConnection<S> {
                     .ok_or(ServerUsageError::UnknownRequest(id))?;
                 if let Err(refusal) = admission.reserve_bytes(ticket, len) {
                     let mut out = BytesMut::with_capacity(256);
-                    encode_refusal(&refusal, Some(&config.node_id), &mut out);
+                    let load = advertised_load(admission);
+                    encode_refusal_with_load(&refusal, Some(&config.node_id), load, &mut out);
                     slot.close_after = true;
                     slot.ready = Some(Transmit {
                         head: out.freeze(),
@@ -585,12 +615,14 @@ impl<S: Ord + Clone> ServerConnection<S> {
                     self.closing = true;
                     return Ok(());
                 }
+                let load = advertised_load(admission);
                 let transmit = self.frame(
                     ResponseKind::Block {
                         content_length: len,
                     },
                     block,
                     close,
+                    load,
                 );
                 self.set_ready(id, transmit);
                 return Ok(());
@@ -619,7 +651,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             }
             SourceResult::UpstreamRefused { .. } => ResponseKind::InternalServerError,
         };
-        let transmit = self.frame(kind, Bytes::new(), close);
+        let transmit = self.frame(kind, Bytes::new(), close, advertised_load(admission));
         self.set_ready(id, transmit);
         Ok(())
     }
@@ -661,6 +693,8 @@ impl<S: Ord + Clone> ServerConnection<S> {
             },
             body,
             close,
+            // Roster answers are not block reads; nobody spreads by them.
+            None,
         );
         self.set_ready(id, transmit);
         Ok(())

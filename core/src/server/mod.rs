@@ -14,7 +14,8 @@ pub use admission::{
     RequestTicket, SessionTicket,
 };
 pub use connection::{
-    encode_refusal, Accept, RequestId, RosterCaller, ServerConfig, ServerConnection, ServerEvent,
-    ServerUsageError, SourceRequest, SourceResult, Transmit, DEFAULT_IDLE_TIMEOUT,
+    encode_refusal, encode_refusal_with_load, Accept, RequestId, RosterCaller, ServerConfig,
+    ServerConnection, ServerEvent, ServerUsageError, SourceRequest, SourceResult, Transmit,
+    DEFAULT_IDLE_TIMEOUT,
 };
 pub use relay::{Decline, OriginIdentity, RelayConfig, TrustOrigin};

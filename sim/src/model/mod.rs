@@ -1,0 +1,5 @@
+//! The modelled world: content placement, nodes and readers.
+
+pub mod content;
+pub mod node;
+pub mod reader;

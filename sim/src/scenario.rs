@@ -1,0 +1,998 @@
+//! Scenario files: the TOML schema, its defaults, and validation.
+//!
+//! A scenario describes one arm of an experiment: the cluster (nodes, NAT share, upload
+//! bandwidth), the network (per-link latency distribution), the listener limits and what a
+//! full listener does, the hot file, the readers (how many, from how many addresses, when
+//! they start, how many rounds), the client policies (spreading, hedge, cooldowns, refusal
+//! waits, breaker) and a fault timeline. Every key has a default (see `docs/sim.md`), so a
+//! scenario names only what it changes.
+//!
+//! Parsing is strict: unknown keys and wrong types are rejected by serde with the key and
+//! line; impossible values (zero nodes, a NAT share larger than the cluster, ...) are
+//! rejected by [`Scenario::validate`] with the key named and its line looked up in the text.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// Why a scenario could not be loaded. Every variant names the file; value errors name the
+/// offending key and, when it appears in the file, its line.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file does not exist or cannot be read (the caller's mistake, not the file's).
+    #[error("cannot read scenario file {path}: {source}")]
+    Read {
+        /// The path given on the command line.
+        path: String,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has an unknown key, or a value of the wrong type.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The scenario file.
+        path: String,
+        /// toml's message: it names the key and shows the line.
+        message: String,
+    },
+    /// A key has a value the simulator cannot run (for example `cluster.nodes = 0`).
+    #[error("{path}:{line}: invalid value for `{key}`: {reason}")]
+    Invalid {
+        /// The scenario file.
+        path: String,
+        /// 1-based line of the key, or 0 when the key was left at its default.
+        line: usize,
+        /// Dotted key, e.g. `listener.max_sessions`.
+        key: String,
+        /// What is wrong with the value.
+        reason: String,
+    },
+}
+
+/// One experiment arm. See the module doc and `docs/sim.md` for every key.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Scenario {
+    /// Name printed in reports and the JSON summary; defaults to the file stem.
+    pub name: String,
+    /// One line saying what the arm is.
+    pub description: String,
+    /// Default seed when `--seed` is not given.
+    pub seed: u64,
+    /// Nodes: count, NAT share, upload bandwidth, close-group size.
+    pub cluster: Cluster,
+    /// Per-link latency.
+    pub network: Network,
+    /// Listener admission limits and full-listener behaviour.
+    pub listener: Listener,
+    /// The hot file everybody reads.
+    pub file: File,
+    /// Who reads, from where, when.
+    pub readers: Readers,
+    /// Client policies.
+    pub client: Client,
+    /// Per-reader circuit breaker.
+    pub breaker: BreakerCfg,
+    /// The fault timeline, applied in order of `at_secs`.
+    pub faults: Vec<Fault>,
+    /// Random faults drawn per seed in `--seeds` sweeps.
+    pub sweep: Sweep,
+    /// The reference's figures for this arm, printed beside ours (display only).
+    pub reference: Reference,
+    /// Other scenario files (paths relative to this one) run with the same seed after this
+    /// one, and printed side by side with it: the A/B table.
+    pub compare: Vec<String>,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            name: String::new(),
+            description: String::new(),
+            seed: 1,
+            cluster: Cluster::default(),
+            network: Network::default(),
+            listener: Listener::default(),
+            file: File::default(),
+            readers: Readers::default(),
+            client: Client::default(),
+            breaker: BreakerCfg::default(),
+            faults: Vec::new(),
+            sweep: Sweep::default(),
+            reference: Reference::default(),
+            compare: Vec::new(),
+        }
+    }
+}
+
+/// `[cluster]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Cluster {
+    /// Number of storage nodes.
+    pub nodes: u32,
+    /// How many of them sit behind NAT: readers cannot dial them directly (the dial is
+    /// never answered), but they hold data and appear in lookups like any other node.
+    pub nat_nodes: u32,
+    /// Each node's upload bandwidth in Mbit/s, shared by its concurrent transfers.
+    pub upload_mbps: f64,
+    /// Holders per block: the block's XOR close group.
+    pub close_group: u32,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster {
+            nodes: 60,
+            nat_nodes: 0,
+            upload_mbps: 100.0,
+            close_group: 7,
+        }
+    }
+}
+
+/// `[network]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Network {
+    /// One-way latency of a reader-node link, drawn once per link.
+    pub latency: Latency,
+    /// A dial a listener ignored is retransmitted after this long, then after twice that,
+    /// and so on until the dial timeout (STUN's 500 ms doubling schedule; a TCP SYN's is
+    /// 1 s). A slot that frees meanwhile admits the retransmission. 0 = no retransmits.
+    pub dial_retransmit_ms: u64,
+    /// Most Mbit/s one transfer can reach (the reader connection's ceiling: a browser's
+    /// WebRTC data channel, a long fat pipe's window). 0 = no ceiling beyond the node's
+    /// upload share.
+    pub transfer_mbps: f64,
+    /// How requests share connections: `"http1"` (peerblock: one request at a time per
+    /// connection, a second concurrent request to the same node dials another) or
+    /// `"multiplexed"` (the reference's WebRTC session: one per reader and node, requests
+    /// as channels within it).
+    pub transport: Transport,
+}
+
+/// How a reader's requests to one node share connections.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// One request at a time per connection (HTTP/1.1 without pipelining).
+    Http1,
+    /// One session per reader and node carrying several requests.
+    Multiplexed,
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network {
+            latency: Latency::default(),
+            dial_retransmit_ms: 500,
+            transfer_mbps: 0.0,
+            transport: Transport::Http1,
+        }
+    }
+}
+
+/// A one-way latency distribution, drawn once per (reader, node) link.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, tag = "dist", rename_all = "kebab-case")]
+pub enum Latency {
+    /// Every link has the same latency.
+    Constant {
+        /// Milliseconds.
+        ms: f64,
+    },
+    /// Uniform between `min_ms` and `max_ms`.
+    Uniform {
+        /// Lower bound, milliseconds.
+        min_ms: f64,
+        /// Upper bound, milliseconds.
+        max_ms: f64,
+    },
+    /// Log-normal with the given median and shape (heavy right tail, like the internet).
+    Lognormal {
+        /// Median, milliseconds.
+        median_ms: f64,
+        /// Standard deviation of the underlying normal.
+        sigma: f64,
+    },
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency::Uniform {
+            min_ms: 10.0,
+            max_ms: 60.0,
+        }
+    }
+}
+
+/// What a listener with no free slot does with a new dial or request.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum WhenFull {
+    /// The reference's old transport: a full listener ignores the dial; the client waits
+    /// out its dial timeout and suppresses the node for the long failure cooldown.
+    Silent,
+    /// peerblock: an explicit refusal with Retry-After, one round trip after the dial.
+    Refuse,
+}
+
+impl fmt::Display for WhenFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WhenFull::Silent => "silent",
+            WhenFull::Refuse => "refuse",
+        })
+    }
+}
+
+/// `[listener]`: per-node admission limits.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Listener {
+    /// Concurrent sessions (one per reader that talked to the node recently).
+    pub max_sessions: u32,
+    /// Concurrent sessions from one source address.
+    pub max_sessions_per_source: u32,
+    /// Concurrent channels: each session holds one, each request in flight one more.
+    pub max_channels: u32,
+    /// Concurrent requests being served.
+    pub max_requests: u32,
+    /// Concurrent requests on one session (peerblock's server default: 2).
+    pub max_requests_per_session: u32,
+    /// Response memory a request reserves against the byte budgets, KiB; 0 reserves the
+    /// whole response (peerblock's server), a window models a transport that streams
+    /// responses in frames (the reference's WebRTC transport).
+    pub reserve_kib: u64,
+    /// Budget of response bytes in flight across all sessions, MiB.
+    pub max_inflight_mib: u32,
+    /// Budget of response bytes in flight per source address, MiB.
+    pub max_inflight_per_source_mib: u32,
+    /// What a full listener does with a new session.
+    pub when_full: WhenFull,
+    /// Retry-After carried by an explicit refusal, seconds.
+    pub retry_after_secs: u64,
+    /// A session nobody used for this long is closed and frees its slot, seconds.
+    pub session_idle_secs: u64,
+}
+
+impl Default for Listener {
+    fn default() -> Self {
+        Listener {
+            max_sessions: 256,
+            max_sessions_per_source: 4,
+            max_channels: 512,
+            max_requests: 512,
+            max_requests_per_session: 2,
+            reserve_kib: 0,
+            max_inflight_mib: 64,
+            max_inflight_per_source_mib: 16,
+            when_full: WhenFull::Refuse,
+            retry_after_secs: 15,
+            session_idle_secs: 30,
+        }
+    }
+}
+
+/// `[file]`: the hot content.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct File {
+    /// File size, MiB.
+    pub size_mib: u64,
+    /// Block size, KiB; the last block holds the remainder.
+    pub block_kib: u64,
+}
+
+impl Default for File {
+    fn default() -> Self {
+        File {
+            size_mib: 50,
+            block_kib: 4096,
+        }
+    }
+}
+
+/// `[readers]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Readers {
+    /// Number of readers (browsers, clients).
+    pub count: u32,
+    /// Distinct source addresses; reader `i` uses address `i % addresses`. 0 = one each.
+    pub addresses: u32,
+    /// Each reader starts a round at a uniformly drawn offset within this window, seconds.
+    pub start_spread_secs: f64,
+    /// When round 0 starts, seconds.
+    pub first_round_at_secs: f64,
+    /// Downloads per reader: round `r` starts at `first_round_at + r * round_interval`.
+    pub rounds: u32,
+    /// Time between round starts, seconds.
+    pub round_interval_secs: f64,
+    /// Blocks a reader reads concurrently during one download.
+    pub parallel_blocks: u32,
+    /// Whether a reader keeps its cooldown table and breaker from one round to the next
+    /// (one long-lived page) or starts each round fresh (a reloaded page).
+    pub keep_state_between_rounds: bool,
+}
+
+impl Default for Readers {
+    fn default() -> Self {
+        Readers {
+            count: 64,
+            addresses: 0,
+            start_spread_secs: 10.0,
+            first_round_at_secs: 0.0,
+            rounds: 1,
+            round_interval_secs: 240.0,
+            parallel_blocks: 4,
+            keep_state_between_rounds: true,
+        }
+    }
+}
+
+/// The spreading choice for a read's first GETs.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpreadPolicy {
+    /// Every reader asks the XOR-nearest holder first (the reference's old client).
+    Nearest,
+    /// Uniform among the close group, then nearest-first (the reference's new client).
+    Uniform,
+    /// peerblock: prefer the holder with the fewest of this reader's requests in flight,
+    /// ties broken uniformly.
+    LoadAware,
+}
+
+impl SpreadPolicy {
+    /// All policies, in report order.
+    pub const ALL: [SpreadPolicy; 3] = [
+        SpreadPolicy::Nearest,
+        SpreadPolicy::Uniform,
+        SpreadPolicy::LoadAware,
+    ];
+}
+
+impl fmt::Display for SpreadPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SpreadPolicy::Nearest => "nearest",
+            SpreadPolicy::Uniform => "uniform",
+            SpreadPolicy::LoadAware => "load-aware",
+        })
+    }
+}
+
+/// `client.absence`: which `NotFound` answers prove absence.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum AbsenceRule {
+    /// peerblock's rule (`peerblock_core::read::Absence::NearestCloseGroup`).
+    NearestCloseGroup,
+    /// The reference client's rule (`peerblock_core::read::Absence::AnyCloseGroup`).
+    AnyCloseGroup,
+}
+
+/// `[client]`: the reader's policies.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Client {
+    /// First-GET choice.
+    pub spread: SpreadPolicy,
+    /// A second GET is sent if the first has not answered after this long, ms.
+    pub hedge_delay_ms: u64,
+    /// Pause before a read retries after a round that found nothing, ms.
+    pub retry_delay_ms: u64,
+    /// Times a read waits out live refusals before reporting the holders busy.
+    pub max_refusal_waits: u32,
+    /// Suppression after an explicit refusal without Retry-After, seconds.
+    pub refused_cooldown_secs: u64,
+    /// Suppression after a failed dial, seconds.
+    pub failed_cooldown_secs: u64,
+    /// A dial with no answer fails after this long, ms.
+    pub dial_timeout_ms: u64,
+    /// An accepted request with no response header fails after this long, ms.
+    pub response_timeout_ms: u64,
+    /// A whole exchange, body included, fails after this long, ms.
+    pub request_timeout_ms: u64,
+    /// Discovery leaves endpoints this reader's cooldown table suppresses out of its
+    /// answers: the reference client's behaviour ("a refused holder is left out of
+    /// discovery and reads for 15 s"; a failed dial keeps a node out for 30 min), so a read
+    /// that starts while a holder is suppressed never learns of it, and the nearest peers it
+    /// does learn of may all be non-holders. `false` (peerblock): discovery returns every
+    /// peer it knows and the read machine itself skips the ineligible ones, so they still
+    /// count as nearer possible holders against an absence.
+    pub discovery_skips_suppressed: bool,
+    /// The client reports a read that ended `Unavailable` (holders unreachable: dial
+    /// timeouts, closed streams, suppressed endpoints) to its user as "record not found",
+    /// as the reference's read does: it returns `Ok(None)` both for an absent record and
+    /// for "reads that fail for other reasons (timeouts, unreachable endpoints)". Only what
+    /// is *reported* changes (`reads.false_not_found`); the read machine and its outcome
+    /// counts are the same. `false` (peerblock): `Unavailable` is reported as a network
+    /// error, never as "not found".
+    pub reports_unavailable_as_not_found: bool,
+    /// Which `NotFound` answers prove a block absent: `"nearest-close-group"` (peerblock:
+    /// the nearest close group of known peers all answered) or `"any-close-group"` (the
+    /// reference client: any close group's worth of answers, even from the peers past
+    /// unreachable holders). See `peerblock_core::read::Absence`.
+    pub absence: AbsenceRule,
+    /// Discovery round trips per lookup (a lookup costs this many RTTs to the reader's
+    /// nearest node to the key).
+    pub lookup_rtts: u32,
+    /// Peers a lookup returns, nearest first (Kademlia's k).
+    pub lookup_peers: u32,
+    /// Probability that a lookup misses any one node (drawn per lookup and node): an
+    /// iterative lookup over partial routing tables does not find every near node, and
+    /// different readers' lookups disagree. 0 = perfect, identical lookups.
+    pub lookup_miss: f64,
+    /// Retry rounds when a round proved nothing and nobody was refusing.
+    pub max_plain_retries: u32,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Client {
+            spread: SpreadPolicy::Uniform,
+            hedge_delay_ms: 1_000,
+            retry_delay_ms: 1_000,
+            max_refusal_waits: 3,
+            refused_cooldown_secs: 15,
+            failed_cooldown_secs: 1_800,
+            dial_timeout_ms: 10_000,
+            response_timeout_ms: 10_000,
+            request_timeout_ms: 30_000,
+            discovery_skips_suppressed: false,
+            reports_unavailable_as_not_found: false,
+            absence: AbsenceRule::NearestCloseGroup,
+            lookup_rtts: 3,
+            lookup_peers: 20,
+            lookup_miss: 0.0,
+            max_plain_retries: 1,
+        }
+    }
+}
+
+/// `[breaker]`: one circuit breaker per reader, keyed by node.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerCfg {
+    /// Whether readers run a breaker at all (the reference's browser client had none).
+    pub enabled: bool,
+    /// Consecutive soft failures that open a circuit.
+    pub failure_threshold: u32,
+    /// How long an open circuit stays open before a half-open probe, ms.
+    pub cooldown_ms: u64,
+    /// Probes admitted while half-open.
+    pub half_open_probes: u32,
+}
+
+impl Default for BreakerCfg {
+    fn default() -> Self {
+        BreakerCfg {
+            enabled: true,
+            failure_threshold: 5,
+            cooldown_ms: 5_000,
+            half_open_probes: 1,
+        }
+    }
+}
+
+/// Which node a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Node by index (0-based, in node-ID order of creation).
+    Node(u32),
+    /// The `rank`-th nearest holder of block `block` (rank 0 = the XOR-nearest), so a
+    /// scenario can hit "the busiest holder" whatever IDs the seed draws.
+    Holder {
+        /// Block index in the file.
+        block: u32,
+        /// Position in the block's close group by XOR distance.
+        rank: u32,
+    },
+}
+
+/// What happens to the target.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// The node stops: dials and requests get no answer, sessions are lost.
+    Crash,
+    /// A crashed or silent node comes back with no sessions.
+    Restart,
+    /// The node accepts dials and requests but never answers them.
+    Silent,
+    /// The node's upload bandwidth is multiplied by `factor`.
+    Slow,
+    /// Readers cannot reach the node (dials and responses are lost) until `heal`.
+    Partition,
+    /// Ends a partition.
+    Heal,
+    /// The node alternates crash and restart every `period_secs` for `duration_secs`.
+    Flap,
+    /// The node answers GETs with wrong bytes until restarted; readers must detect it.
+    Corrupt,
+}
+
+/// One `[[faults]]` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// When, seconds of simulated time.
+    pub at_secs: f64,
+    /// What happens.
+    pub kind: FaultKind,
+    /// Target by node index.
+    #[serde(default)]
+    pub node: Option<u32>,
+    /// Target by block (with `holder_rank`).
+    #[serde(default)]
+    pub holder_block: Option<u32>,
+    /// Rank in that block's close group (default 0, the nearest).
+    #[serde(default)]
+    pub holder_rank: Option<u32>,
+    /// Bandwidth multiplier for `slow` (0 < factor).
+    #[serde(default)]
+    pub factor: Option<f64>,
+    /// How long a `flap` lasts, seconds.
+    #[serde(default)]
+    pub duration_secs: Option<f64>,
+    /// Half-period of a `flap` (time down, then time up), seconds.
+    #[serde(default)]
+    pub period_secs: Option<f64>,
+}
+
+impl Fault {
+    /// The node this fault hits (validated: exactly one of `node` / `holder_block`).
+    pub fn target(&self) -> Target {
+        match (self.node, self.holder_block) {
+            (Some(n), _) => Target::Node(n),
+            (None, Some(b)) => Target::Holder {
+                block: b,
+                rank: self.holder_rank.unwrap_or(0),
+            },
+            (None, None) => Target::Node(0),
+        }
+    }
+}
+
+/// `[sweep]`: faults drawn at random per seed when running `--seeds A..B`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sweep {
+    /// Crash-and-restart faults drawn per seed.
+    pub crashes: u32,
+    /// Silent-node faults drawn per seed.
+    pub silent: u32,
+    /// Partition-and-heal faults drawn per seed.
+    pub partitions: u32,
+    /// Slow-node faults drawn per seed.
+    pub slow: u32,
+    /// Faults start uniformly within this window, seconds.
+    pub window_secs: f64,
+    /// How long a drawn fault lasts, seconds (upper bound; drawn uniformly from 1 s).
+    pub max_duration_secs: f64,
+}
+
+impl Default for Sweep {
+    fn default() -> Self {
+        Sweep {
+            crashes: 1,
+            silent: 1,
+            partitions: 1,
+            slow: 1,
+            window_secs: 60.0,
+            max_duration_secs: 60.0,
+        }
+    }
+}
+
+/// `[reference]`: what the reference measured for this arm, shown beside our figures.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Reference {
+    /// Completed downloads in the reference, e.g. "61–66%".
+    pub completed: String,
+    /// Busiest holder's share of first reads in the reference, e.g. "48%".
+    pub busiest_share: String,
+    /// Anything else worth printing.
+    pub note: String,
+}
+
+impl Scenario {
+    /// Loads and validates a scenario file. The name defaults to the file stem.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Scenario::parse(&text, &shown, &stem)
+    }
+
+    /// Parses and validates scenario text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &str, default_name: &str) -> Result<Scenario, ScenarioError> {
+        let mut s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            path: path.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        if s.name.is_empty() {
+            s.name = default_name.to_string();
+        }
+        s.validate()
+            .map_err(|(key, reason)| ScenarioError::Invalid {
+                path: path.to_string(),
+                line: key_line(text, &key),
+                key,
+                reason,
+            })?;
+        Ok(s)
+    }
+
+    /// Number of blocks in the file.
+    pub fn blocks(&self) -> u32 {
+        let block = self.file.block_kib * 1024;
+        let size = self.file.size_mib * 1024 * 1024;
+        size.div_ceil(block) as u32
+    }
+
+    /// Size of block `i` in bytes (the last block holds the remainder).
+    pub fn block_bytes(&self, i: u32) -> u64 {
+        let block = self.file.block_kib * 1024;
+        let size = self.file.size_mib * 1024 * 1024;
+        let start = u64::from(i) * block;
+        block.min(size - start)
+    }
+
+    /// Checks that every value is one the simulator can run. Returns the dotted key and
+    /// the reason for the first impossible value.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        fn bad(key: &str, reason: impl Into<String>) -> Result<(), (String, String)> {
+            Err((key.to_string(), reason.into()))
+        }
+        let c = &self.cluster;
+        if c.nodes == 0 {
+            return bad("cluster.nodes", "a cluster needs at least one node");
+        }
+        if c.nodes > 100_000 {
+            return bad("cluster.nodes", "at most 100000 nodes");
+        }
+        if c.nat_nodes > c.nodes {
+            return bad(
+                "cluster.nat_nodes",
+                format!("{} NAT nodes but only {} nodes", c.nat_nodes, c.nodes),
+            );
+        }
+        if !(c.upload_mbps.is_finite() && c.upload_mbps > 0.0) {
+            return bad("cluster.upload_mbps", "must be a positive number");
+        }
+        if c.close_group == 0 || c.close_group > c.nodes {
+            return bad(
+                "cluster.close_group",
+                format!("must be between 1 and cluster.nodes ({})", c.nodes),
+            );
+        }
+        match self.network.latency {
+            Latency::Constant { ms } if !(ms.is_finite() && ms >= 0.0) => {
+                return bad("network.latency", "ms must be a non-negative number")
+            }
+            Latency::Uniform { min_ms, max_ms }
+                if !(min_ms.is_finite()
+                    && max_ms.is_finite()
+                    && 0.0 <= min_ms
+                    && min_ms <= max_ms) =>
+            {
+                return bad("network.latency", "need 0 <= min_ms <= max_ms")
+            }
+            Latency::Lognormal { median_ms, sigma }
+                if !(median_ms.is_finite()
+                    && median_ms > 0.0
+                    && sigma.is_finite()
+                    && sigma >= 0.0) =>
+            {
+                return bad("network.latency", "need median_ms > 0 and sigma >= 0")
+            }
+            _ => {}
+        }
+        if !(self.network.transfer_mbps.is_finite() && self.network.transfer_mbps >= 0.0) {
+            return bad(
+                "network.transfer_mbps",
+                "must be a non-negative number (0 = no ceiling)",
+            );
+        }
+        let l = &self.listener;
+        for (key, v) in [
+            ("listener.max_sessions", l.max_sessions),
+            (
+                "listener.max_sessions_per_source",
+                l.max_sessions_per_source,
+            ),
+            ("listener.max_channels", l.max_channels),
+            ("listener.max_requests", l.max_requests),
+            (
+                "listener.max_requests_per_session",
+                l.max_requests_per_session,
+            ),
+            ("listener.max_inflight_mib", l.max_inflight_mib),
+            (
+                "listener.max_inflight_per_source_mib",
+                l.max_inflight_per_source_mib,
+            ),
+        ] {
+            if v == 0 {
+                return bad(key, "a limit of 0 admits nothing");
+            }
+        }
+        if let Err(e) = crate::listener::admission_config(l).validate() {
+            return bad(crate::listener::scenario_key(&e), e.to_string());
+        }
+        if l.session_idle_secs == 0 {
+            return bad("listener.session_idle_secs", "must be at least 1 second");
+        }
+        let f = &self.file;
+        if f.size_mib == 0 || f.size_mib > 1 << 20 {
+            return bad("file.size_mib", "must be between 1 and 1048576");
+        }
+        if f.block_kib == 0 || f.block_kib > 1 << 20 {
+            return bad("file.block_kib", "must be between 1 and 1048576");
+        }
+        if self.blocks() > 100_000 {
+            return bad("file.block_kib", "more than 100000 blocks per file");
+        }
+        let reserved = if l.reserve_kib == 0 {
+            f.block_kib
+        } else {
+            l.reserve_kib.min(f.block_kib)
+        };
+        if u64::from(l.max_inflight_per_source_mib) * 1024 < reserved {
+            return bad(
+                "listener.max_inflight_per_source_mib",
+                "smaller than one block: no response could ever be admitted",
+            );
+        }
+        let r = &self.readers;
+        if r.count == 0 || r.count > 1_000_000 {
+            return bad("readers.count", "must be between 1 and 1000000");
+        }
+        if r.addresses > r.count {
+            return bad("readers.addresses", "more addresses than readers");
+        }
+        for (key, v) in [
+            ("readers.start_spread_secs", r.start_spread_secs),
+            ("readers.first_round_at_secs", r.first_round_at_secs),
+            ("readers.round_interval_secs", r.round_interval_secs),
+        ] {
+            if !(v.is_finite() && (0.0..=1e7).contains(&v)) {
+                return bad(key, "must be a number of seconds between 0 and 1e7");
+            }
+        }
+        if r.rounds == 0 || r.rounds > 10_000 {
+            return bad("readers.rounds", "must be between 1 and 10000");
+        }
+        if r.parallel_blocks == 0 {
+            return bad(
+                "readers.parallel_blocks",
+                "a reader must read at least one block at a time",
+            );
+        }
+        let cl = &self.client;
+        for (key, v) in [
+            ("client.dial_timeout_ms", cl.dial_timeout_ms),
+            ("client.response_timeout_ms", cl.response_timeout_ms),
+            ("client.request_timeout_ms", cl.request_timeout_ms),
+            ("client.hedge_delay_ms", cl.hedge_delay_ms),
+            ("client.retry_delay_ms", cl.retry_delay_ms),
+        ] {
+            if v == 0 {
+                return bad(key, "must be at least 1 ms");
+            }
+        }
+        if cl.request_timeout_ms < cl.response_timeout_ms {
+            return bad(
+                "client.request_timeout_ms",
+                "the whole exchange cannot be bounded tighter than its response header",
+            );
+        }
+        if cl.refused_cooldown_secs == 0 || cl.failed_cooldown_secs == 0 {
+            return bad(
+                "client.refused_cooldown_secs",
+                "cooldowns must be at least 1 s",
+            );
+        }
+        if cl.lookup_peers < c.close_group {
+            return bad(
+                "client.lookup_peers",
+                "a lookup must return at least a close group",
+            );
+        }
+        if !(cl.lookup_miss.is_finite() && (0.0..1.0).contains(&cl.lookup_miss)) {
+            return bad("client.lookup_miss", "must be a probability in [0, 1)");
+        }
+        if cl.lookup_rtts == 0 {
+            return bad(
+                "client.lookup_rtts",
+                "a lookup takes at least one round trip",
+            );
+        }
+        let b = &self.breaker;
+        if b.enabled && b.failure_threshold == 0 {
+            return bad("breaker.failure_threshold", "must be at least 1");
+        }
+        if b.enabled && b.half_open_probes == 0 {
+            return bad("breaker.half_open_probes", "must be at least 1");
+        }
+        if b.enabled && b.cooldown_ms == 0 {
+            return bad("breaker.cooldown_ms", "must be at least 1 ms");
+        }
+        for (i, fault) in self.faults.iter().enumerate() {
+            let key = |k: &str| format!("faults[{i}].{k}");
+            if !(fault.at_secs.is_finite() && fault.at_secs >= 0.0) {
+                return bad(&key("at_secs"), "must be a non-negative number of seconds");
+            }
+            match (fault.node, fault.holder_block) {
+                (Some(_), Some(_)) => {
+                    return bad(&key("node"), "give either node or holder_block, not both")
+                }
+                (None, None) => return bad(&key("node"), "give node or holder_block"),
+                (Some(n), None) if n >= c.nodes => {
+                    return bad(
+                        &key("node"),
+                        format!("no node {n}: the cluster has {}", c.nodes),
+                    )
+                }
+                (None, Some(blk)) if blk >= self.blocks() => {
+                    return bad(
+                        &key("holder_block"),
+                        format!("no block {blk}: the file has {}", self.blocks()),
+                    )
+                }
+                _ => {}
+            }
+            if fault.holder_rank.unwrap_or(0) >= c.close_group {
+                return bad(&key("holder_rank"), "must be below cluster.close_group");
+            }
+            match fault.kind {
+                FaultKind::Slow => match fault.factor {
+                    Some(f) if f.is_finite() && f > 0.0 => {}
+                    _ => return bad(&key("factor"), "slow needs factor > 0"),
+                },
+                FaultKind::Flap => {
+                    match fault.period_secs {
+                        Some(p) if p.is_finite() && p > 0.0 => {}
+                        _ => return bad(&key("period_secs"), "flap needs period_secs > 0"),
+                    }
+                    match fault.duration_secs {
+                        Some(d) if d.is_finite() && d > 0.0 => {}
+                        _ => return bad(&key("duration_secs"), "flap needs duration_secs > 0"),
+                    }
+                }
+                _ => {}
+            }
+        }
+        let s = &self.sweep;
+        if !(s.window_secs.is_finite() && s.window_secs >= 0.0) {
+            return bad("sweep.window_secs", "must be a non-negative number");
+        }
+        if !(s.max_duration_secs.is_finite() && s.max_duration_secs >= 1.0) {
+            return bad("sweep.max_duration_secs", "must be at least 1 second");
+        }
+        Ok(())
+    }
+}
+
+/// Finds the 1-based line where dotted `key` (e.g. `listener.max_sessions` or
+/// `faults[2].factor`) is set in `text`, or 0 if it is not in the file (left at default).
+pub fn key_line(text: &str, key: &str) -> usize {
+    // Split "faults[2].factor" into table "faults", index 2, leaf "factor".
+    let (table, leaf) = match key.rsplit_once('.') {
+        Some((t, l)) => (t, l),
+        None => ("", key),
+    };
+    let (table, index) = match table.split_once('[') {
+        Some((t, rest)) => (t, rest.trim_end_matches(']').parse::<usize>().ok()),
+        None => (table, None),
+    };
+    let mut current = String::new();
+    let mut array_seen: Option<usize> = None;
+    let mut table_line = 0;
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if let Some(h) = line.strip_prefix("[[").and_then(|h| h.split("]]").next()) {
+            current = h.trim().to_string();
+            if current == table {
+                array_seen = Some(array_seen.map_or(0, |i| i + 1));
+                if index == array_seen {
+                    table_line = n + 1;
+                }
+            }
+            continue;
+        }
+        if let Some(h) = line.strip_prefix('[').and_then(|h| h.split(']').next()) {
+            current = h.trim().to_string();
+            if current == table {
+                table_line = n + 1;
+            }
+            continue;
+        }
+        let in_table = current == table && (index.is_none() || index == array_seen);
+        if in_table {
+            if let Some((k, _)) = line.split_once('=') {
+                if k.trim() == leaf {
+                    return n + 1;
+                }
+            }
+        }
+        // Top-level dotted or inline form: `listener.max_sessions = 3`.
+        if current.is_empty() {
+            if let Some((k, _)) = line.split_once('=') {
+                if k.trim() == key {
+                    return n + 1;
+                }
+            }
+        }
+    }
+    table_line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_give_13_blocks() {
+        let s = Scenario::parse("", "x.toml", "x").unwrap();
+        assert_eq!(s.name, "x");
+        assert_eq!(s.blocks(), 13);
+        assert_eq!(s.block_bytes(12), 2 * 1024 * 1024);
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_its_name_and_line() {
+        let e = Scenario::parse("[cluster]\nnodes = 3\nnodez = 4\n", "a.toml", "a").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("nodez"), "{msg}");
+        assert!(msg.contains("line 3"), "{msg}");
+    }
+
+    #[test]
+    fn wrong_type_is_rejected_with_its_line() {
+        let e = Scenario::parse("[readers]\n\ncount = \"many\"\n", "a.toml", "a").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("line 3"), "{msg}");
+    }
+
+    #[test]
+    fn impossible_value_names_key_and_line() {
+        let e =
+            Scenario::parse("[cluster]\nnodes = 10\nnat_nodes = 11\n", "a.toml", "a").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "a.toml:3: invalid value for `cluster.nat_nodes`: 11 NAT nodes but only 10 nodes"
+        );
+    }
+
+    #[test]
+    fn fault_errors_point_at_the_right_array_entry() {
+        let text = "[[faults]]\nat_secs = 1\nkind = \"crash\"\nnode = 0\n\n[[faults]]\nat_secs = 2\nkind = \"slow\"\nnode = 1\nfactor = -1.0\n";
+        let e = Scenario::parse(text, "f.toml", "f").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("f.toml:10: invalid value for `faults[1].factor`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_file_says_so() {
+        let e = Scenario::load(Path::new("/nonexistent/dir/s.toml")).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("cannot read scenario file /nonexistent/dir/s.toml"));
+    }
+}

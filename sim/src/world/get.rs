@@ -1,0 +1,420 @@
+//! One GET through the node model: dial, session admission, request admission, the upload
+//! queue, the response, and the client's classification of how it ended.
+
+use peerblock_core::breaker::Outcome as BreakerOutcome;
+use peerblock_core::client::{BreakerOutcome as ClientBreakerOutcome, CooldownEntry, Ending};
+use peerblock_core::cooldown::DialOutcome;
+use peerblock_core::read::{GetId, GetOutcome};
+use peerblock_core::time::{Duration, Instant};
+
+use super::{handle_of, tid, Ev, Get, Phase, Reply, World};
+use crate::listener::Limit;
+use crate::metrics::GetResult;
+use crate::model::node::Health;
+use crate::scenario::WhenFull;
+use crate::slab::Handle;
+use crate::trace;
+
+impl World<'_> {
+    pub(super) fn start_get(&mut self, h: Handle, id: GetId, node: u32) {
+        let now = self.now;
+        let Some(rs) = self.reads.get_mut(h) else {
+            return;
+        };
+        let (r, block) = (rs.reader, rs.block);
+        let hedged = !rs.gets.is_empty();
+        if !rs.first_sent {
+            rs.first_sent = true;
+            let round = self.downloads[rs.download as usize].round;
+            self.metrics
+                .first_get(round as usize, block as usize, node as usize);
+        }
+        let reader = &mut self.readers[r as usize];
+        let Ok(permit) = reader.admit(now, node) else {
+            // The view said eligible a moment ago; a half-open circuit whose probe slot
+            // was just taken can still say no. The GET fails without a dial.
+            trace!(self.trace, now, "get-rejected", "r={r} b={block} n={node}");
+            if let Some(rs) = self.reads.get_mut(h) {
+                rs.machine.handle_get(now, id, GetOutcome::Failed);
+            }
+            return;
+        };
+        reader.get_started(node);
+        self.metrics.gets_total += 1;
+        if hedged {
+            self.metrics.gets_hedged += 1;
+        }
+        let multiplexed = self.multiplexed;
+        let node_ref = &mut self.nodes[node as usize];
+        let existing = node_ref.usable_connection(r, now, self.idle, multiplexed);
+        let session = existing.is_some();
+        let conn = match existing {
+            Some(c) => {
+                node_ref.claim(r, c);
+                c
+            }
+            None => node_ref.new_connection(multiplexed),
+        };
+        let epoch = node_ref.epoch;
+        let bytes = self.s.block_bytes(block);
+        let reserve = match self.s.listener.reserve_kib {
+            0 => bytes,
+            k => bytes.min(k * 1024),
+        };
+        let g = self.gets.insert(Get {
+            read: h,
+            id,
+            reader: r,
+            node,
+            block,
+            phase: if session {
+                Phase::Requested
+            } else {
+                Phase::Dialing
+            },
+            permit,
+            conn,
+            epoch,
+            reserved: reserve,
+            bytes,
+            ticket: None,
+            dials: 1,
+            advertised: None,
+        });
+        if let Some(rs) = self.reads.get_mut(h) {
+            rs.gets.push((id, g));
+        }
+        trace!(
+            self.trace,
+            now,
+            "get",
+            "r={r} b={block} n={node} hedge={} dial={}",
+            u8::from(hedged),
+            u8::from(!session)
+        );
+        let ow = self.latency.one_way(r, node);
+        let c = &self.s.client;
+        if session {
+            self.queue.push(now + ow, Ev::RequestArrive { get: g });
+            self.arm_request_timeouts(g, now);
+        } else {
+            self.queue.push(now + ow, Ev::DialArrive { get: g });
+            self.queue.push(
+                now + Duration::from_millis(c.dial_timeout_ms),
+                Ev::DialTimeout { get: g },
+            );
+        }
+    }
+
+    pub(super) fn arm_request_timeouts(&mut self, g: Handle, sent: Instant) {
+        let c = &self.s.client;
+        self.queue.push(
+            sent + Duration::from_millis(c.response_timeout_ms),
+            Ev::ResponseTimeout { get: g },
+        );
+        self.queue.push(
+            sent + Duration::from_millis(c.request_timeout_ms),
+            Ev::RequestTimeout { get: g },
+        );
+    }
+
+    pub(super) fn limit_hit(&mut self, limit: Limit) {
+        *self.metrics.limit_hits.entry(limit.as_str()).or_insert(0) += 1;
+    }
+
+    pub(super) fn dial_arrive(&mut self, g: Handle) {
+        let now = self.now;
+        let Some(get) = self.gets.get(g) else {
+            return;
+        };
+        let (r, n, conn) = (get.reader, get.node, get.conn);
+        let node = &mut self.nodes[n as usize];
+        if !node.reachable() {
+            return; // never answered: the dial timeout decides
+        }
+        let source = self.readers[r as usize].source;
+        match node.open_session(r, conn, source, now, self.idle) {
+            Ok(()) => {
+                node.claim(r, conn);
+                let epoch = node.epoch;
+                let ow = self.latency.one_way(r, n);
+                if let Some(get) = self.gets.get_mut(g) {
+                    get.phase = Phase::Requested;
+                    get.epoch = epoch;
+                }
+                // Handshake back to the reader, then the request out.
+                self.queue.push(now + ow * 2, Ev::RequestArrive { get: g });
+                self.arm_request_timeouts(g, now + ow);
+            }
+            Err(limit) => {
+                self.limit_hit(limit);
+                match self.s.listener.when_full {
+                    WhenFull::Silent => {
+                        trace!(
+                            self.trace,
+                            now,
+                            "silent",
+                            "n={n} r={r} limit={}",
+                            limit.as_str()
+                        );
+                        // The reader retransmits the dial on a doubling schedule until its
+                        // dial timeout; a slot freed meanwhile admits a retransmission.
+                        let first = self.s.network.dial_retransmit_ms;
+                        if first > 0 {
+                            let Some(get) = self.gets.get_mut(g) else {
+                                return;
+                            };
+                            let wait = Duration::from_millis(first << (get.dials - 1).min(20));
+                            get.dials += 1;
+                            self.queue.push(now + wait, Ev::DialArrive { get: g });
+                        }
+                    }
+                    WhenFull::Refuse => {
+                        trace!(
+                            self.trace,
+                            now,
+                            "refuse",
+                            "n={n} r={r} limit={}",
+                            limit.as_str()
+                        );
+                        let ow = self.latency.one_way(r, n);
+                        self.advertise(g, n);
+                        self.queue.push(
+                            now + ow,
+                            Ev::Deliver {
+                                get: g,
+                                reply: Reply::Refused(limit),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn request_arrive(&mut self, g: Handle) {
+        let now = self.now;
+        let Some(get) = self.gets.get(g) else {
+            return;
+        };
+        let (r, n, block, bytes, reserved, epoch, conn) = (
+            get.reader,
+            get.node,
+            get.block,
+            get.bytes,
+            get.reserved,
+            get.epoch,
+            get.conn,
+        );
+        let holds = self.content.holds(n, block);
+        let ow = self.latency.one_way(r, n);
+        let node = &mut self.nodes[n as usize];
+        if !node.reachable() || node.epoch != epoch || node.health == Health::Silent {
+            return; // lost, or accepted and never answered: the client's timeouts decide
+        }
+        if !holds {
+            node.touch(r, conn, now, self.idle);
+            self.advertise(g, n);
+            self.queue.push(
+                now + ow,
+                Ev::Deliver {
+                    get: g,
+                    reply: Reply::NotFound,
+                },
+            );
+            return;
+        }
+        match node.begin_request(r, conn, now, reserved) {
+            Ok(ticket) => {
+                node.uplink.start(now, tid(g), bytes);
+                if let Some(get) = self.gets.get_mut(g) {
+                    get.ticket = Some(ticket);
+                }
+                self.reschedule_uplink(n);
+                self.advertise(g, n);
+                self.queue.push(now + ow, Ev::FirstByte { get: g });
+            }
+            Err(limit) => {
+                self.limit_hit(limit);
+                let reply = match self.s.listener.when_full {
+                    WhenFull::Silent => Reply::Closed,
+                    WhenFull::Refuse => Reply::Refused(limit),
+                };
+                if let Reply::Refused(_) = reply {
+                    self.advertise(g, n);
+                }
+                trace!(
+                    self.trace,
+                    now,
+                    "turned-away",
+                    "n={n} r={r} limit={}",
+                    limit.as_str()
+                );
+                self.queue.push(now + ow, Ev::Deliver { get: g, reply });
+            }
+        }
+    }
+
+    /// Stamps the response head the node is writing for GET `g` with its load header: the
+    /// transfers node `n` has in progress now (including this response's own).
+    pub(super) fn advertise(&mut self, g: Handle, n: u32) {
+        let load = self.nodes[n as usize].uplink.active();
+        if let Some(get) = self.gets.get_mut(g) {
+            get.advertised = Some(load);
+        }
+    }
+
+    /// The reader receives the response head of GET `g` now: it records the node's
+    /// advertised load (once per response).
+    pub(super) fn hear_load(&mut self, g: Handle) {
+        let now = self.now;
+        let Some(get) = self.gets.get_mut(g) else {
+            return;
+        };
+        let (r, n) = (get.reader, get.node);
+        if let Some(load) = get.advertised.take() {
+            self.readers[r as usize].heard_load(now, n, load);
+        }
+    }
+
+    pub(super) fn reschedule_uplink(&mut self, n: u32) {
+        if let Some((at, gen)) = self.nodes[n as usize].uplink.reschedule() {
+            self.queue
+                .push(at.max(self.now), Ev::Uplink { node: n, gen });
+        }
+    }
+
+    pub(super) fn uplink_done(&mut self, n: u32, gen: u64) {
+        let now = self.now;
+        if self.nodes[n as usize].uplink.generation() != gen {
+            return;
+        }
+        let done = self.nodes[n as usize].uplink.finished(now);
+        for t in done {
+            let g = handle_of(t);
+            let Some(get) = self.gets.get_mut(g) else {
+                continue;
+            };
+            let (r, bytes, conn) = (get.reader, get.bytes, get.conn);
+            let ticket = get.ticket.take();
+            let node = &mut self.nodes[n as usize];
+            if let Some(ticket) = ticket {
+                node.finish_request(r, conn, now, ticket, self.idle);
+            }
+            node.bytes_served += bytes;
+            let reply = if node.corrupt {
+                Reply::Corrupt
+            } else {
+                Reply::Found
+            };
+            if node.reachable() {
+                let ow = self.latency.one_way(r, n);
+                self.queue.push(now + ow, Ev::Deliver { get: g, reply });
+            }
+            // Unreachable now (partitioned): the response is lost, the client times out.
+        }
+        self.reschedule_uplink(n);
+    }
+
+    /// Releases whatever the node still holds for a GET that is ending early: its share
+    /// of the upload link and its request slot (unless a crash already wiped both).
+    pub(super) fn release_at_node(&mut self, g: Handle, get: &mut Get) {
+        let node = &mut self.nodes[get.node as usize];
+        if get.epoch != node.epoch {
+            return; // the crash already wiped the node's books; the ticket dies with them
+        }
+        if get.phase != Phase::Dialing {
+            // It had a connection assigned (reused, or its dial was accepted).
+            node.unclaim(get.reader, get.conn, self.now, self.idle);
+        }
+        let Some(ticket) = get.ticket.take() else {
+            return;
+        };
+        node.uplink.cancel(self.now, tid(g));
+        node.finish_request(get.reader, get.conn, self.now, ticket, self.idle);
+        self.reschedule_uplink(get.node);
+    }
+
+    /// Ends a GET with `result`: releases the node side, tells the breaker and cooldown
+    /// table, and hands the outcome to the read machine.
+    pub(super) fn end_get(&mut self, g: Handle, result: GetResult, ending: Ending) {
+        let now = self.now;
+        let Some(mut get) = self.gets.remove(g) else {
+            return;
+        };
+        self.release_at_node(g, &mut get);
+        let (r, n) = (get.reader, get.node);
+        let peer = self.content.ids[n as usize];
+        let reader = &mut self.readers[r as usize];
+        reader.get_ended(n);
+        // The core client's classification decides what the breaker and the cooldown
+        // table learn from this ending.
+        let class = ending.classify();
+        let breaker = match class.breaker {
+            ClientBreakerOutcome::Answered => BreakerOutcome::Answered,
+            ClientBreakerOutcome::SoftFailure => BreakerOutcome::SoftFailure,
+            ClientBreakerOutcome::HardFailure => BreakerOutcome::HardFailure,
+        };
+        match class.cooldown {
+            Some(CooldownEntry::Refused { retry_after }) => {
+                reader.suppress(now, peer, DialOutcome::Refused { retry_after });
+                self.metrics.refusals += 1;
+            }
+            Some(CooldownEntry::Failed) => reader.suppress(now, peer, DialOutcome::Failed),
+            None => {}
+        }
+        let outcome = match ending {
+            Ending::Block(bytes) => GetOutcome::Found(bytes),
+            Ending::Miss => GetOutcome::NotFound,
+            Ending::Refused(refusal) => GetOutcome::Refused {
+                retry_after: refusal.retry_after,
+            },
+            _ => GetOutcome::Failed,
+        };
+        if reader.record(now, n, get.permit, breaker) {
+            self.metrics.breaker_opens += 1;
+            trace!(self.trace, now, "breaker-open", "r={r} n={n}");
+        }
+        self.metrics.get_result(result);
+        trace!(
+            self.trace,
+            now,
+            "get-end",
+            "r={r} b={} n={n} res={}",
+            get.block,
+            result.as_str()
+        );
+        if let Some(rs) = self.reads.get_mut(get.read) {
+            rs.gets.retain(|(id, _)| *id != get.id);
+            rs.machine.handle_get(now, get.id, outcome);
+        }
+        self.drive(get.read);
+    }
+
+    pub(super) fn cancel_get(&mut self, h: Handle, id: GetId) {
+        let Some(rs) = self.reads.get_mut(h) else {
+            return;
+        };
+        let Some(pos) = rs.gets.iter().position(|(i, _)| *i == id) else {
+            return;
+        };
+        let (_, g) = rs.gets.remove(pos);
+        let Some(mut get) = self.gets.remove(g) else {
+            return;
+        };
+        self.release_at_node(g, &mut get);
+        let reader = &mut self.readers[get.reader as usize];
+        reader.get_ended(get.node);
+        reader.release(self.now, get.permit);
+        self.metrics.get_result(GetResult::Cancelled);
+        trace!(
+            self.trace,
+            self.now,
+            "cancel",
+            "r={} b={} n={}",
+            get.reader,
+            get.block,
+            get.node
+        );
+    }
+}
