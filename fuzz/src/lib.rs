@@ -198,7 +198,15 @@ enum ClientEvent {
     Error(ResponseError),
 }
 
-fn run_responses(chunks: &[&[u8]], limit: BodyLimit, eof: bool) -> Vec<ClientEvent> {
+/// Runs the response decoder over `chunks`. With `read_into`, bytes go in through
+/// `read_buf` + `advance` (as a driver reading straight into the decoder would) instead
+/// of `feed`; the events must not depend on it.
+fn run_responses(
+    chunks: &[&[u8]],
+    limit: BodyLimit,
+    eof: bool,
+    read_into: bool,
+) -> Vec<ClientEvent> {
     let total: usize = chunks.iter().map(|c| c.len()).sum();
     let bound = RESPONSE_BUFFER_BYTES
         .max(usize::try_from(limit.max().saturating_add(1)).unwrap_or(usize::MAX));
@@ -249,7 +257,17 @@ fn run_responses(chunks: &[&[u8]], limit: BodyLimit, eof: bool) -> Vec<ClientEve
         let mut rest = *chunk;
         loop {
             let was_closed = d.is_closed();
-            let n = d.feed(rest);
+            let n = if read_into {
+                let room = d.room();
+                let window = d.read_buf();
+                assert!(window.len() <= room, "window beyond room");
+                let n = window.len().min(rest.len());
+                window[..n].copy_from_slice(&rest[..n]);
+                assert_eq!(d.advance(n), n);
+                n
+            } else {
+                d.feed(rest)
+            };
             assert!(n <= rest.len());
             if was_closed {
                 discarded += n;
@@ -290,8 +308,13 @@ pub fn response_decoder(data: &[u8]) {
     };
     let eof = mode & 4 != 0;
     let seed = params[9..13].try_into().expect("4 bytes");
-    let whole = run_responses(&[stream], limit, eof);
-    let split = run_responses(&pieces(stream, seed), limit, eof);
+    let whole = run_responses(&[stream], limit, eof, false);
+    let split = run_responses(&pieces(stream, seed), limit, eof, false);
+    let split_read_into = run_responses(&pieces(stream, seed), limit, eof, true);
+    assert_eq!(
+        whole, split_read_into,
+        "read_buf + advance changed the events"
+    );
     assert_eq!(whole, split, "split changed the decoded responses");
 }
 

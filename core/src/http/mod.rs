@@ -31,6 +31,7 @@
 mod chunked;
 mod encode;
 mod error;
+mod recv;
 mod request;
 mod response;
 
@@ -70,6 +71,11 @@ pub const MAX_RESPONSE_HEADERS: usize = 48;
 /// A `Content-Length` or close-delimited body may grow the buffer up to the body limit the
 /// caller chose, never beyond it.
 pub const RESPONSE_BUFFER_BYTES: usize = 2 * MAX_RESPONSE_HEAD_BYTES;
+
+/// Most bytes one [`ResponseDecoder::read_buf`] window offers. A read of 64 KiB is what
+/// socket reads commonly return at once; the bound keeps the spare bytes the decoder
+/// zeroes and keeps at the end of its buffer to one such read.
+pub const READ_WINDOW_BYTES: usize = 64 * 1024;
 
 /// Largest body accepted on a non-`200` response (`404`, `400`, `502`, `503`, ...). Those
 /// bodies are short human-readable text; the caller's expected length applies to the
