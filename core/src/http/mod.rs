@@ -10,7 +10,8 @@
 //!   `Connection: close`, HTTP/1.0 and 1.1, and every framing rule that closes the door on
 //!   request smuggling (requests in this protocol never carry a body).
 //! * [`ResponseDecoder`]: client side. Status, headers and a `Content-Length`, chunked or
-//!   close-delimited body, bounded by a caller-given [`BodyLimit`].
+//!   close-delimited body, bounded by a caller-given [`BodyLimit`]. Bytes come in through
+//!   `feed` or are read straight into its buffer (`read_buf` + `advance`).
 //! * [`ChunkedDecoder`]: our own strict chunked transfer-coding decoder.
 //! * [`OutgoingRequest`] / [`OutgoingResponse`]: head encoders with validated header values.
 //!
