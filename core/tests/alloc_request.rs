@@ -148,4 +148,35 @@ fn encoding_and_decoding_a_response_head_allocates_nothing_after_warm_up() {
     let per_1000 = allocations() - before;
     println!("allocations per 1000 encoded+decoded responses after warm-up: {per_1000}");
     assert_eq!(per_1000, 0);
+
+    // The same, read straight into the decoder's buffer instead of fed.
+    let mut read_into = |d: &mut ResponseDecoder| {
+        d.expect(BodyLimit::Exact(4)).unwrap();
+        let mut rest = &wire[..];
+        while !rest.is_empty() {
+            let window = d.read_buf();
+            let n = window.len().min(rest.len());
+            window[..n].copy_from_slice(&rest[..n]);
+            assert_eq!(d.advance(n), n);
+            rest = &rest[n..];
+        }
+        let Ok(Some(ResponseEvent::Head(h))) = d.poll() else {
+            panic!("head")
+        };
+        drop(h);
+        let Ok(Some(ResponseEvent::Body(b))) = d.poll() else {
+            panic!("body")
+        };
+        assert_eq!(&b[..], b"data");
+    };
+    for _ in 0..4 {
+        read_into(&mut d);
+    }
+    let before = allocations();
+    for _ in 0..1000 {
+        read_into(&mut d);
+    }
+    let per_1000 = allocations() - before;
+    println!("allocations per 1000 responses read with read_buf after warm-up: {per_1000}");
+    assert_eq!(per_1000, 0);
 }
