@@ -150,7 +150,7 @@ fn encoding_and_decoding_a_response_head_allocates_nothing_after_warm_up() {
     assert_eq!(per_1000, 0);
 
     // The same, read straight into the decoder's buffer instead of fed.
-    let mut read_into = |d: &mut ResponseDecoder| {
+    let read_into = |d: &mut ResponseDecoder| {
         d.expect(BodyLimit::Exact(4)).unwrap();
         let mut rest = &wire[..];
         while !rest.is_empty() {
