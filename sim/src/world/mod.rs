@@ -19,7 +19,7 @@ use peerblock_core::rng::{child_seed, seeded, Rng};
 use peerblock_core::time::{Duration, Instant};
 
 use crate::faults::{self, Act, Step};
-use crate::listener::Limit;
+use crate::listener::{Admission, Limit};
 use crate::metrics::{GetResult, Metrics, Summary};
 use crate::model::content::Content;
 use crate::model::node::{Health, Node};
@@ -32,6 +32,7 @@ use crate::trace;
 use crate::trace::Trace;
 
 mod get;
+mod http;
 mod read;
 
 /// A progress callback: (downloads finished, downloads total, simulated seconds).
@@ -123,6 +124,9 @@ struct Get {
     /// The load header of the response on its way back: the node's transfers in progress
     /// when it wrote the head. Heard by the reader when the head arrives.
     advertised: Option<u32>,
+    /// The HTTP path's exchange (`network.transport = "http1"`); `None` on the modelled
+    /// (multiplexed) path.
+    http: Option<Box<http::HttpGet>>,
 }
 
 #[derive(Debug)]
@@ -175,6 +179,7 @@ enum Ev {
     Uplink { node: u32, gen: u64 },
     Fault { step: u32 },
     Sample,
+    Http(http::HttpEv),
 }
 
 fn tid(h: Handle) -> u64 {
@@ -216,6 +221,8 @@ pub struct World<'s> {
     idle: Duration,
     /// Whether readers multiplex requests over one session per node.
     multiplexed: bool,
+    /// The HTTP path's machines (`Some` for `transport = "http1"`).
+    http: Option<http::Http>,
     metrics: Metrics,
     trace: Trace,
 }
@@ -246,9 +253,16 @@ impl<'s> World<'s> {
             x if x > 0.0 => x * 1e6 / 8.0,
             _ => f64::INFINITY,
         };
+        let multiplexed = s.network.transport == Transport::Multiplexed;
         let nodes = nat
             .iter()
-            .map(|&n| Node::new(n, rate, cap, &s.listener))
+            .map(|&n| {
+                let mut node = Node::new(n, rate, cap, &s.listener);
+                if !multiplexed {
+                    node.admission = Admission::scaled(&s.listener, http::BODY_SCALE);
+                }
+                node
+            })
             .collect();
         let addresses = if s.readers.addresses == 0 {
             s.readers.count
@@ -286,7 +300,8 @@ impl<'s> World<'s> {
             downloads_done: 0,
             sample_every,
             idle: Duration::from_secs(s.listener.session_idle_secs),
-            multiplexed: s.network.transport == Transport::Multiplexed,
+            multiplexed,
+            http: (!multiplexed).then(|| http::Http::new(s)),
             metrics: Metrics::new(nodes_n as usize, blocks as usize, r.rounds as usize),
             trace,
             content,
@@ -421,6 +436,7 @@ impl<'s> World<'s> {
             }
             Ev::Uplink { node, gen } => self.uplink_done(node, gen),
             Ev::Fault { step } => self.fault(step),
+            Ev::Http(ev) => self.http_event(ev),
             Ev::Sample => {
                 self.sample();
                 let next = self.now + self.sample_every;
@@ -451,7 +467,10 @@ impl<'s> World<'s> {
         trace!(self.trace, now, "fault", "n={n} act={}", act.name());
         let node = &mut self.nodes[n as usize];
         match act {
-            Act::Crash => node.crash(now),
+            Act::Crash => {
+                node.crash(now);
+                self.http_crash(n);
+            }
             Act::Restart => {
                 if node.health == Health::Down {
                     node.epoch = node.epoch.wrapping_add(1);
