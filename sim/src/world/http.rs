@@ -43,6 +43,7 @@ use peerblock_core::wire::{BlockPath, ChunkKey};
 use super::{Ev, World};
 use crate::listener::Limit;
 use crate::metrics::GetResult;
+use crate::model::content::Content;
 use crate::model::node::Health;
 use crate::scenario::{Scenario, WhenFull};
 use crate::slab::Handle;
@@ -67,7 +68,10 @@ pub(super) struct HttpGet {
     conn: Option<ConnId>,
     /// Whether the connection came from the pool.
     pooled: bool,
-    /// The deadline a `ClientTimer` event is already scheduled for.
+    /// The earliest deadline a `ClientTimer` event is already scheduled for. A later
+    /// deadline is not scheduled while it is pending: when it fires (spuriously, as far as
+    /// the machine is concerned) the pump re-arms at the machine's current deadline. This
+    /// keeps one pending timer per exchange instead of one per deadline change.
     armed: Option<Instant>,
     /// A fresh retry after a retired pooled connection was already spent.
     retried: bool,
@@ -137,6 +141,10 @@ pub(super) struct Http {
     transfers: BTreeMap<u64, Transfer>,
     next_conn: ConnId,
     next_transfer: u64,
+    /// Per block: the content token (what the read machine gets) and the scaled body a
+    /// correct holder serves, built once (responses hand out clones, no copies).
+    tokens: Vec<Bytes>,
+    bodies: Vec<Bytes>,
     /// The most recent refusal bytes a node wrote (for tests).
     #[cfg(test)]
     last_refusal: Option<Bytes>,
@@ -152,7 +160,7 @@ pub(super) fn body_for(token: Bytes, nominal: u64) -> Bytes {
 }
 
 impl Http {
-    pub(super) fn new(s: &Scenario) -> Self {
+    pub(super) fn new(s: &Scenario, content: &Content) -> Self {
         let c = &s.client;
         let client = ClientConfig {
             deadlines: Deadlines {
@@ -173,7 +181,15 @@ impl Http {
                 Arc::new(cfg)
             })
             .collect();
+        let tokens: Vec<Bytes> = (0..s.blocks()).map(|b| content.token(b)).collect();
+        let bodies = tokens
+            .iter()
+            .enumerate()
+            .map(|(b, t)| body_for(t.clone(), s.block_bytes(b as u32)))
+            .collect();
         Http {
+            tokens,
+            bodies,
             client,
             servers,
             hosts,
@@ -186,6 +202,11 @@ impl Http {
             last_refusal: None,
         }
     }
+}
+
+/// An HTTP-path event for the queue.
+fn boxed(ev: HttpEv) -> Ev {
+    Ev::Http(Box::new(ev))
 }
 
 fn status_of(head: &[u8]) -> u16 {
@@ -245,9 +266,8 @@ impl World<'_> {
             key,
             index: u64::from(block),
         };
-        let expected =
-            (self.s.block_bytes(block) / BODY_SCALE).max(self.content.token(block).len() as u64);
         let http = self.http.as_mut().expect("http1 transport");
+        let expected = http.bodies[block as usize].len() as u64;
         let pooled = if allow_pool {
             http.pool.get_mut(&(r, n)).and_then(Vec::pop)
         } else {
@@ -282,7 +302,7 @@ impl World<'_> {
         if !reused {
             let ow = self.latency.one_way(r, n);
             self.queue
-                .push(now + ow, Ev::Http(HttpEv::Syn { get: g, conn }));
+                .push(now + ow, boxed(HttpEv::Syn { get: g, conn }));
         }
         self.http_pump_client(g);
         reused
@@ -310,7 +330,9 @@ impl World<'_> {
             HttpEv::ClientTimer { get } => {
                 let now = self.now;
                 if let Some(h) = self.gets.get_mut(get).and_then(|g| g.http.as_mut()) {
-                    h.armed = None;
+                    if h.armed == Some(now) {
+                        h.armed = None;
+                    }
                     h.exchange.handle_timeout(now);
                 }
                 self.http_pump_client(get);
@@ -320,7 +342,9 @@ impl World<'_> {
                 let http = self.http.as_mut().expect("http1 transport");
                 if let Some(side) = http.conns.get_mut(&(node, conn)) {
                     if side.epoch == epoch {
-                        side.armed = None;
+                        if side.armed == Some(now) {
+                            side.armed = None;
+                        }
                         side.conn.handle_timeout(now);
                     }
                 }
@@ -373,7 +397,7 @@ impl World<'_> {
                 let wait = Duration::from_millis(first << (get.dials - 1).min(20));
                 get.dials += 1;
                 self.queue
-                    .push(now + wait, Ev::Http(HttpEv::Syn { get: g, conn }));
+                    .push(now + wait, boxed(HttpEv::Syn { get: g, conn }));
             }
             return;
         }
@@ -395,7 +419,7 @@ impl World<'_> {
                 );
                 self.queue.push(
                     now + ow,
-                    Ev::Http(HttpEv::ToClient {
+                    boxed(HttpEv::ToClient {
                         get: Some(g),
                         reader: r,
                         node: n,
@@ -425,7 +449,7 @@ impl World<'_> {
                 // closed it.
                 self.queue.push(
                     now + ow,
-                    Ev::Http(HttpEv::ToClient {
+                    boxed(HttpEv::ToClient {
                         get: Some(g),
                         reader: r,
                         node: n,
@@ -457,7 +481,7 @@ impl World<'_> {
                 let ow = self.latency.one_way(r, n);
                 self.queue.push(
                     now + ow,
-                    Ev::Http(HttpEv::ToClient {
+                    boxed(HttpEv::ToClient {
                         get: Some(g),
                         reader: r,
                         node: n,
@@ -529,8 +553,7 @@ impl World<'_> {
                     }
                     let block = request.path.index as u32;
                     let result = if self.content.holds(n, block) {
-                        let token = self.content.token(block);
-                        let mut body = body_for(token, self.s.block_bytes(block));
+                        let mut body = http.bodies[block as usize].clone();
                         if node.corrupt {
                             let mut wrong = BytesMut::from(&body[..]);
                             wrong[0] ^= 0xff;
@@ -582,7 +605,7 @@ impl World<'_> {
             if reachable {
                 self.queue.push(
                     now + ow,
-                    Ev::Http(HttpEv::ToClient {
+                    boxed(HttpEv::ToClient {
                         get,
                         reader: r,
                         node: n,
@@ -618,7 +641,7 @@ impl World<'_> {
             if reachable {
                 self.queue.push(
                     now + ow,
-                    Ev::Http(HttpEv::ToClient {
+                    boxed(HttpEv::ToClient {
                         get,
                         reader: r,
                         node: n,
@@ -636,11 +659,11 @@ impl World<'_> {
         let epoch = side.epoch;
         if !finished {
             if let Some(at) = next {
-                if side.armed != Some(at) {
+                if side.armed.is_none_or(|armed| at < armed) {
                     side.armed = Some(at);
                     self.queue.push(
                         at.max(now),
-                        Ev::Http(HttpEv::ServerTimer {
+                        boxed(HttpEv::ServerTimer {
                             node: n,
                             conn,
                             epoch,
@@ -658,7 +681,7 @@ impl World<'_> {
             if reachable {
                 self.queue.push(
                     now + ow,
-                    Ev::Http(HttpEv::ToClient {
+                    boxed(HttpEv::ToClient {
                         get,
                         reader: r,
                         node: n,
@@ -696,7 +719,7 @@ impl World<'_> {
             let ow = self.latency.one_way(tr.reader, n);
             self.queue.push(
                 now + ow,
-                Ev::Http(HttpEv::ToClient {
+                boxed(HttpEv::ToClient {
                     get: tr.get,
                     reader: tr.reader,
                     node: n,
@@ -781,7 +804,7 @@ impl World<'_> {
         let ow = self.latency.one_way(r, n);
         self.queue.push(
             self.now + ow,
-            Ev::Http(HttpEv::ToServer {
+            boxed(HttpEv::ToServer {
                 get: Some(g),
                 node: n,
                 conn,
@@ -803,6 +826,9 @@ impl World<'_> {
             let Some(h) = get.http.as_mut() else {
                 return;
             };
+            let Some(http) = self.http.as_ref() else {
+                return;
+            };
             if let Some(req) = h.exchange.poll_transmit(now) {
                 self.http_send(g, req);
                 continue;
@@ -810,8 +836,7 @@ impl World<'_> {
             match h.exchange.poll_event() {
                 Some(ClientEvent::Validate { body }) => {
                     // The driver's validator: the body must be this block's.
-                    let token = self.content.token(block);
-                    let valid = body.starts_with(&token);
+                    let valid = body.starts_with(&http.tokens[block as usize]);
                     h.exchange.handle_validated(now, valid);
                 }
                 Some(ClientEvent::Done(outcome)) => {
@@ -825,10 +850,10 @@ impl World<'_> {
             return;
         };
         if let Some(at) = h.exchange.poll_timeout() {
-            if h.armed != Some(at) {
+            if h.armed.is_none_or(|armed| at < armed) {
                 h.armed = Some(at);
                 self.queue
-                    .push(at.max(now), Ev::Http(HttpEv::ClientTimer { get: g }));
+                    .push(at.max(now), boxed(HttpEv::ClientTimer { get: g }));
             }
         }
     }
@@ -870,7 +895,7 @@ impl World<'_> {
             cooldown: outcome.cooldown,
         };
         if let Ending::Block(body) = &mut outcome.ending {
-            let token_len = self.content.token(block).len();
+            let token_len = self.http().tokens[block as usize].len();
             *body = body.slice(..token_len.min(body.len()));
         }
         let get_outcome = match &outcome.ending {
@@ -889,7 +914,7 @@ impl World<'_> {
         let ow = self.latency.one_way(r, n);
         self.queue.push(
             self.now + ow,
-            Ev::Http(HttpEv::ToServer {
+            boxed(HttpEv::ToServer {
                 get: None,
                 node: n,
                 conn,

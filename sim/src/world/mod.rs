@@ -166,20 +166,49 @@ enum Reply {
 
 #[derive(Debug)]
 enum Ev {
-    RoundStart { reader: u32, round: u32 },
-    LookupDone { read: Handle },
-    ReadTimer { read: Handle },
-    DialArrive { get: Handle },
-    DialTimeout { get: Handle },
-    RequestArrive { get: Handle },
-    FirstByte { get: Handle },
-    ResponseTimeout { get: Handle },
-    RequestTimeout { get: Handle },
-    Deliver { get: Handle, reply: Reply },
-    Uplink { node: u32, gen: u64 },
-    Fault { step: u32 },
+    RoundStart {
+        reader: u32,
+        round: u32,
+    },
+    LookupDone {
+        read: Handle,
+    },
+    ReadTimer {
+        read: Handle,
+    },
+    DialArrive {
+        get: Handle,
+    },
+    DialTimeout {
+        get: Handle,
+    },
+    RequestArrive {
+        get: Handle,
+    },
+    FirstByte {
+        get: Handle,
+    },
+    ResponseTimeout {
+        get: Handle,
+    },
+    RequestTimeout {
+        get: Handle,
+    },
+    Deliver {
+        get: Handle,
+        reply: Reply,
+    },
+    Uplink {
+        node: u32,
+        gen: u64,
+    },
+    Fault {
+        step: u32,
+    },
     Sample,
-    Http(http::HttpEv),
+    /// Boxed: the HTTP path's events carry bytes, and the event heap moves entries on
+    /// every push and pop.
+    Http(Box<http::HttpEv>),
 }
 
 fn tid(h: Handle) -> u64 {
@@ -301,7 +330,7 @@ impl<'s> World<'s> {
             sample_every,
             idle: Duration::from_secs(s.listener.session_idle_secs),
             multiplexed,
-            http: (!multiplexed).then(|| http::Http::new(s)),
+            http: (!multiplexed).then(|| http::Http::new(s, &content)),
             metrics: Metrics::new(nodes_n as usize, blocks as usize, r.rounds as usize),
             trace,
             content,
@@ -436,7 +465,7 @@ impl<'s> World<'s> {
             }
             Ev::Uplink { node, gen } => self.uplink_done(node, gen),
             Ev::Fault { step } => self.fault(step),
-            Ev::Http(ev) => self.http_event(ev),
+            Ev::Http(ev) => self.http_event(*ev),
             Ev::Sample => {
                 self.sample();
                 let next = self.now + self.sample_every;
