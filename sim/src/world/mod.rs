@@ -4,9 +4,11 @@
 //! Each block read is a [`peerblock_core::read::Read`]; each reader owns one
 //! [`peerblock_core::cooldown::CooldownTable`] and one [`peerblock_core::breaker::Breaker`]
 //! shared by all its reads and answers the read machine's `PeerView` questions from them.
-//! The simulator plays the driver: it answers `Lookup` from the placement it knows, carries
-//! each `Get` through the node model (dial → session admission → request admission →
-//! upload queue → response) and classifies the ending the way a client would.
+//! The simulator plays the driver: it answers `Lookup` from the placement it knows and
+//! carries each `Get` to a node. On peerblock's HTTP/1.1 arms that is a real client
+//! `Exchange` talking real bytes to a real `ServerConnection` at the node (module `http`); on the
+//! reference's multiplexed arms it is the node model (dial → session admission → request
+//! admission → upload queue → response), whose ending is classified the way a client would.
 //!
 //! Everything is single-threaded and ordered by the [`EventQueue`]; randomness comes from
 //! per-subsystem sub-seeds of the run seed, so a run is a pure function of scenario + seed.
