@@ -45,6 +45,17 @@ fn request_decode(c: &mut Criterion) {
             black_box((path.index, hop, req.origin().is_some()));
         })
     });
+    let mut d = RequestDecoder::new();
+    g.bench_function("peerblock_decode_slice", |b| {
+        b.iter(|| {
+            let input = black_box(REQUEST);
+            let req = d.decode_slice(input).unwrap().unwrap();
+            let Ok(Route::Block { path, hop }) = req.route() else {
+                unreachable!()
+            };
+            black_box((path.index, hop, req.origin().is_some(), req.head_len()));
+        })
+    });
     g.finish();
 }
 

@@ -101,11 +101,22 @@ fn refusal(c: &mut Criterion) {
 
 /// One exchange through both machines, driven directly (no harness queues): the request
 /// goes server-ward as a slice, the response head and body client-ward as slices.
+///
+/// How the client side takes the response:
+/// - `Rx::Feed`: `handle_input` straight from the server's transmit (no socket read at
+///   all: the decoder's copy is the only one);
+/// - `Rx::DriverBuffer`: as a socket driver does with `handle_input`: a read (a copy)
+///   into the driver's reused 64 KiB buffer, then `handle_input` copies it again;
+/// - `Rx::ReadInto`: `Exchange::read_buf` + `handle_read`: the read (the copy) lands in
+///   the decoder's own memory, and the body handed out must be that very memory (core
+///   copies no body byte; it zeroes memory it has not handed out before).
 fn machines_once(
     adm: &mut Admission<u32>,
     server: &mut ServerConnection<u32>,
     block: &Bytes,
     link: Link,
+    rx: Rx,
+    scratch: &mut [u8],
 ) -> (Bytes, Option<Connection>) {
     let config = ClientConfig::default();
     let req = ExchangeRequest::get_validated("s:1", BlockRequest::new(path()), BLOCK as u64, false);
@@ -121,12 +132,44 @@ fn machines_once(
         .unwrap();
     let t = server.poll_transmit().unwrap();
     assert_eq!(t.body.as_ptr(), block.as_ptr(), "server copied the body");
-    let taken = ex.handle_input(Instant::ZERO, &t.head);
-    assert_eq!(taken, t.head.len());
-    let mut body = &t.body[..];
-    while !body.is_empty() {
-        let taken = ex.handle_input(Instant::ZERO, body);
-        body = &body[taken..];
+    let mut body_landed_at = None;
+    if rx == Rx::DriverBuffer {
+        for mut part in [&t.head[..], &t.body[..]] {
+            while !part.is_empty() {
+                let n = scratch.len().min(part.len());
+                scratch[..n].copy_from_slice(&part[..n]);
+                let mut read = &scratch[..n];
+                while !read.is_empty() {
+                    let taken = ex.handle_input(Instant::ZERO, read);
+                    read = &read[taken..];
+                }
+                part = &part[n..];
+            }
+        }
+    } else if rx == Rx::ReadInto {
+        let mut wire = [&t.head[..], &t.body[..]];
+        let mut at = 0;
+        for part in &mut wire {
+            while !part.is_empty() {
+                let window = ex.read_buf();
+                let n = window.len().min(part.len());
+                window[..n].copy_from_slice(&part[..n]);
+                if at == t.head.len() {
+                    body_landed_at.get_or_insert(window.as_ptr());
+                }
+                assert_eq!(ex.handle_read(Instant::ZERO, n), n);
+                *part = &part[n..];
+                at += n;
+            }
+        }
+    } else {
+        let taken = ex.handle_input(Instant::ZERO, &t.head);
+        assert_eq!(taken, t.head.len());
+        let mut body = &t.body[..];
+        while !body.is_empty() {
+            let taken = ex.handle_input(Instant::ZERO, body);
+            body = &body[taken..];
+        }
     }
     server.handle_transmitted(Instant::ZERO, adm);
     let Some(ClientEvent::Done(out)) = ex.poll_event() else {
@@ -135,10 +178,22 @@ fn machines_once(
     let Ending::Block(got) = out.ending else {
         unreachable!()
     };
+    if let Some(landed) = body_landed_at {
+        assert_eq!(got.as_ptr(), landed, "client core copied the body");
+    }
     (got, ex.take_connection())
 }
 
+/// How the client side takes the response in [`machines_once`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rx {
+    Feed,
+    DriverBuffer,
+    ReadInto,
+}
+
 fn full_exchange(c: &mut Criterion) {
+    let mut scratch = vec![0u8; 64 * 1024];
     let block = Bytes::from((0..BLOCK).map(|i| i as u8).collect::<Vec<u8>>());
     let mut g = c.benchmark_group("exchange_256k");
     g.throughput(Throughput::Bytes(BLOCK as u64));
@@ -160,15 +215,37 @@ fn full_exchange(c: &mut Criterion) {
     else {
         unreachable!()
     };
-    let (_, mut pooled) = machines_once(&mut adm, &mut server, &block, Link::Dial);
+    let (_, mut pooled) = machines_once(
+        &mut adm,
+        &mut server,
+        &block,
+        Link::Dial,
+        Rx::Feed,
+        &mut scratch,
+    );
     g.bench_function("machines_pooled", |b| {
         b.iter(|| {
             let link = Link::Pooled(pooled.take().unwrap());
-            let (got, conn) = machines_once(&mut adm, &mut server, &block, link);
+            let (got, conn) =
+                machines_once(&mut adm, &mut server, &block, link, Rx::Feed, &mut scratch);
             pooled = conn;
             black_box(got.len())
         })
     });
+    for (name, rx) in [
+        ("machines_pooled_driver_buffer", Rx::DriverBuffer),
+        ("machines_pooled_read_buf", Rx::ReadInto),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let link = Link::Pooled(pooled.take().unwrap());
+                let (got, conn) =
+                    machines_once(&mut adm, &mut server, &block, link, rx, &mut scratch);
+                pooled = conn;
+                black_box(got.len())
+            })
+        });
+    }
 
     let mut pair = Pair::new([(path(), block.clone())]);
     g.bench_function("pair_pooled", |b| {

@@ -44,7 +44,7 @@ pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 pub const DEFAULT_CAPACITY: usize = 4096;
 
 /// What a dial to an endpoint ended in, as far as suppression cares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DialOutcome {
     /// The node answered and declined for lack of capacity.
     Refused {

@@ -89,6 +89,28 @@ fn decoding_a_request_allocates_nothing_after_warm_up() {
         }
     }
     assert_eq!(allocations() - before, 0, "pipelined requests allocate");
+
+    // Zero-copy: requests decoded straight from the caller's bytes, whole and pipelined.
+    let mut d = RequestDecoder::new();
+    let before = allocations();
+    for _ in 0..1000 {
+        let req = d.decode_slice(TYPICAL_REQUEST).unwrap().unwrap();
+        assert_eq!(req.head_len(), TYPICAL_REQUEST.len());
+        let Ok(Route::Block { path, hop }) = req.route() else {
+            panic!("typical request routes to a block")
+        };
+        assert_eq!((path.index, hop.0), (1234, 1));
+    }
+    for _ in 0..100 {
+        let mut rest = &burst[..];
+        while let Some(req) = d.decode_slice(rest).unwrap() {
+            rest = &rest[req.head_len()..];
+        }
+        assert!(rest.is_empty());
+    }
+    let zero_copy = allocations() - before;
+    println!("allocations per 1000 requests decoded with decode_slice: {zero_copy}");
+    assert_eq!(zero_copy, 0, "zero-copy decoding allocates");
 }
 
 #[test]
@@ -125,5 +147,36 @@ fn encoding_and_decoding_a_response_head_allocates_nothing_after_warm_up() {
     }
     let per_1000 = allocations() - before;
     println!("allocations per 1000 encoded+decoded responses after warm-up: {per_1000}");
+    assert_eq!(per_1000, 0);
+
+    // The same, read straight into the decoder's buffer instead of fed.
+    let read_into = |d: &mut ResponseDecoder| {
+        d.expect(BodyLimit::Exact(4)).unwrap();
+        let mut rest = &wire[..];
+        while !rest.is_empty() {
+            let window = d.read_buf();
+            let n = window.len().min(rest.len());
+            window[..n].copy_from_slice(&rest[..n]);
+            assert_eq!(d.advance(n), n);
+            rest = &rest[n..];
+        }
+        let Ok(Some(ResponseEvent::Head(h))) = d.poll() else {
+            panic!("head")
+        };
+        drop(h);
+        let Ok(Some(ResponseEvent::Body(b))) = d.poll() else {
+            panic!("body")
+        };
+        assert_eq!(&b[..], b"data");
+    };
+    for _ in 0..4 {
+        read_into(&mut d);
+    }
+    let before = allocations();
+    for _ in 0..1000 {
+        read_into(&mut d);
+    }
+    let per_1000 = allocations() - before;
+    println!("allocations per 1000 responses read with read_buf after warm-up: {per_1000}");
     assert_eq!(per_1000, 0);
 }

@@ -202,3 +202,59 @@ fn malformed_response_table() {
         assert_eq!(decode_response(limit, input), Err(want), "{rule}");
     }
 }
+
+/// The zero-copy path: `decode_slice` on each piece first, `feed` + `decode` for what it
+/// leaves.
+fn decode_request_zero_copy(input: &[u8], split: Option<usize>) -> Option<Want> {
+    let mut d = RequestDecoder::new();
+    let pieces: Vec<&[u8]> = match split {
+        Some(at) => vec![&input[..at], &input[at..]],
+        None => vec![input],
+    };
+    for piece in pieces {
+        let mut rest = piece;
+        loop {
+            match d.decode_slice(rest) {
+                Ok(Some(req)) => {
+                    if let Err(rejection) = req.route() {
+                        return Some(Reject(rejection));
+                    }
+                    rest = &rest[req.head_len()..];
+                }
+                Ok(None) => break,
+                Err(e) => return Some(Fatal(e)),
+            }
+        }
+        while !rest.is_empty() {
+            let n = d.feed(rest);
+            rest = &rest[n..];
+            loop {
+                match d.decode() {
+                    Ok(Some(req)) => {
+                        if let Err(rejection) = req.route() {
+                            return Some(Reject(rejection));
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => return Some(Fatal(e)),
+                }
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn every_malformed_request_gets_its_exact_rejection_through_decode_slice_too() {
+    for (rule, input, want, _) in request_cases() {
+        assert_eq!(decode_request_zero_copy(&input, None), Some(want), "{rule}");
+        let step = if input.len() > 512 { 97 } else { 1 };
+        for at in (0..=input.len()).step_by(step) {
+            assert_eq!(
+                decode_request_zero_copy(&input, Some(at)),
+                Some(want),
+                "{rule} split at {at}"
+            );
+        }
+    }
+}

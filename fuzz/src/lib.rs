@@ -48,13 +48,45 @@ enum RequestEvent {
     Error(RequestError),
 }
 
-fn run_requests(chunks: &[&[u8]]) -> Vec<RequestEvent> {
+/// Runs the request decoder over `chunks`. With `zero_copy`, every chunk first goes
+/// through `decode_slice` (requests borrowed straight from the chunk) and only what it
+/// leaves is fed; the events must not depend on it.
+fn run_requests(chunks: &[&[u8]], zero_copy: bool) -> Vec<RequestEvent> {
     let total: usize = chunks.iter().map(|c| c.len()).sum();
     let mut d = RequestDecoder::new();
     let mut events = Vec::new();
     let (mut heads, mut discarded, mut failed) = (0usize, 0usize, false);
     for chunk in chunks {
         let mut rest = *chunk;
+        while zero_copy && !failed {
+            let buffered = d.buffered();
+            match d.decode_slice(rest) {
+                Ok(Some(r)) => {
+                    assert_eq!(buffered, 0, "decode_slice jumped the buffered bytes");
+                    assert!(r.head_len() <= MAX_REQUEST_HEAD_BYTES);
+                    assert_eq!(
+                        r.head(),
+                        &rest[..r.head_len()],
+                        "head is the input's prefix"
+                    );
+                    heads += r.head_len();
+                    rest = &rest[r.head_len()..];
+                    events.push(RequestEvent::Request {
+                        head: r.head().to_vec(),
+                        route: r.route(),
+                        keep_alive: r.keep_alive(),
+                        origin: r.origin().map(<[u8]>::to_vec),
+                    });
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    assert_eq!(d.decode().err(), Some(e), "errors are sticky");
+                    assert_eq!(d.decode_slice(rest).err(), Some(e), "errors are sticky");
+                    failed = true;
+                    events.push(RequestEvent::Error(e));
+                }
+            }
+        }
         loop {
             let was_closed = d.is_closed();
             let n = d.feed(rest);
@@ -112,9 +144,19 @@ fn run_requests(chunks: &[&[u8]]) -> Vec<RequestEvent> {
 /// block request yields the same route.
 pub fn request_decoder(data: &[u8]) {
     let (seed, stream) = take::<4>(data);
-    let whole = run_requests(&[stream]);
-    let split = run_requests(&pieces(stream, seed));
+    let whole = run_requests(&[stream], false);
+    let split = run_requests(&pieces(stream, seed), false);
     assert_eq!(whole, split, "split changed the decoded requests");
+    let whole_zero_copy = run_requests(&[stream], true);
+    assert_eq!(
+        whole, whole_zero_copy,
+        "decode_slice changed the decoded requests"
+    );
+    let split_zero_copy = run_requests(&pieces(stream, seed), true);
+    assert_eq!(
+        whole, split_zero_copy,
+        "decode_slice changed the split requests"
+    );
     for event in &whole {
         if let RequestEvent::Request {
             route: Ok(Route::Block { path, hop }),
@@ -156,7 +198,15 @@ enum ClientEvent {
     Error(ResponseError),
 }
 
-fn run_responses(chunks: &[&[u8]], limit: BodyLimit, eof: bool) -> Vec<ClientEvent> {
+/// Runs the response decoder over `chunks`. With `read_into`, bytes go in through
+/// `read_buf` + `advance` (as a driver reading straight into the decoder would) instead
+/// of `feed`; the events must not depend on it.
+fn run_responses(
+    chunks: &[&[u8]],
+    limit: BodyLimit,
+    eof: bool,
+    read_into: bool,
+) -> Vec<ClientEvent> {
     let total: usize = chunks.iter().map(|c| c.len()).sum();
     let bound = RESPONSE_BUFFER_BYTES
         .max(usize::try_from(limit.max().saturating_add(1)).unwrap_or(usize::MAX));
@@ -207,7 +257,17 @@ fn run_responses(chunks: &[&[u8]], limit: BodyLimit, eof: bool) -> Vec<ClientEve
         let mut rest = *chunk;
         loop {
             let was_closed = d.is_closed();
-            let n = d.feed(rest);
+            let n = if read_into {
+                let room = d.room();
+                let window = d.read_buf();
+                assert!(window.len() <= room, "window beyond room");
+                let n = window.len().min(rest.len());
+                window[..n].copy_from_slice(&rest[..n]);
+                assert_eq!(d.advance(n), n);
+                n
+            } else {
+                d.feed(rest)
+            };
             assert!(n <= rest.len());
             if was_closed {
                 discarded += n;
@@ -248,8 +308,13 @@ pub fn response_decoder(data: &[u8]) {
     };
     let eof = mode & 4 != 0;
     let seed = params[9..13].try_into().expect("4 bytes");
-    let whole = run_responses(&[stream], limit, eof);
-    let split = run_responses(&pieces(stream, seed), limit, eof);
+    let whole = run_responses(&[stream], limit, eof, false);
+    let split = run_responses(&pieces(stream, seed), limit, eof, false);
+    let split_read_into = run_responses(&pieces(stream, seed), limit, eof, true);
+    assert_eq!(
+        whole, split_read_into,
+        "read_buf + advance changed the events"
+    );
     assert_eq!(whole, split, "split changed the decoded responses");
 }
 

@@ -411,6 +411,39 @@ impl Exchange {
         taken
     }
 
+    /// A window to read the peer's bytes into directly, saving the copy
+    /// [`handle_input`](Self::handle_input) makes into the decoder's buffer (see
+    /// [`ResponseDecoder::read_buf`](crate::http::ResponseDecoder::read_buf)). Write what
+    /// the socket read at its start, then call [`handle_read`](Self::handle_read). Empty
+    /// when nothing would be taken now (before the request is handed out, once the
+    /// outcome is out, or with a full buffer: drain events first).
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        match (&self.state, self.connection.as_mut()) {
+            (State::Receiving | State::Validating { .. }, Some(conn)) => conn.decoder.read_buf(),
+            _ => &mut [],
+        }
+    }
+
+    /// `n` bytes were read into the [`read_buf`](Self::read_buf) window: the same as
+    /// [`handle_input`](Self::handle_input) with those bytes, without the copy. Returns
+    /// how many were taken (never more than the window held).
+    pub fn handle_read(&mut self, now: Instant, n: usize) -> usize {
+        self.clamp(now);
+        let Some(conn) = self.connection.as_mut() else {
+            return 0;
+        };
+        match self.state {
+            State::Receiving => {}
+            // Stray bytes after the response: buffered, so the connection is not reused.
+            State::Validating { .. } => return conn.decoder.advance(n),
+            State::Dialing | State::Sending | State::Done => return 0,
+        }
+        let taken = conn.decoder.advance(n);
+        self.received |= taken > 0;
+        self.drive();
+        taken
+    }
+
     /// How many bytes [`handle_input`](Self::handle_input) would take now (a read-size
     /// hint for the driver).
     pub fn room(&self) -> usize {

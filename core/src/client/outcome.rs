@@ -22,17 +22,14 @@
 //!
 //! The client machine does not own a breaker or a cooldown table; the driver feeds them:
 //!
-//! - [`BreakerOutcome::Answered`] / [`BreakerOutcome::SoftFailure`] /
-//!   [`BreakerOutcome::HardFailure`] map one to one onto the breaker's
-//!   `Outcome::{Answered, SoftFailure, HardFailure}`, recorded with the permit taken when
-//!   the exchange started.
+//! - [`BreakerOutcome`] *is* the breaker's `Outcome` (one type, two names), recorded with
+//!   the permit taken when the exchange started.
 //! - [`BreakerPath::Data`]: take the permit with the breaker's scoped `admit` before
 //!   dialing (and skip the peer if rejected). [`BreakerPath::Roster`]: take it with
 //!   `admit_roster`, which never refuses (discovery must reach peers whose circuit is open)
 //!   but still records the outcome.
-//! - [`CooldownEntry::Refused`] maps onto the cooldown table's
-//!   `DialOutcome::Refused { retry_after }` and [`CooldownEntry::Failed`] onto
-//!   `DialOutcome::Failed`.
+//! - [`CooldownEntry`] *is* the cooldown table's `DialOutcome`: `Refused { retry_after }`
+//!   for a refusal, `Failed` for a dial that failed.
 
 use bytes::Bytes;
 
@@ -42,17 +39,10 @@ use crate::roster::{Roster, RosterError};
 use crate::server::RefusalReason;
 use crate::time::Duration;
 
-/// What the breaker should record for an exchange.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BreakerOutcome {
-    /// The peer answered (including "no", "not now" and a caller who gave up): closes a
-    /// circuit, clears the failure count.
-    Answered,
-    /// The peer may be having a transient problem: spends one unit of failure budget.
-    SoftFailure,
-    /// The peer is unreachable or sent a validated protocol violation: opens at once.
-    HardFailure,
-}
+/// What the breaker should record for an exchange: the breaker's own
+/// [`Outcome`](crate::breaker::Outcome), so a driver passes it to
+/// [`Breaker::record`](crate::breaker::Breaker::record) unchanged.
+pub use crate::breaker::Outcome as BreakerOutcome;
 
 /// How the driver takes the breaker permit for this exchange.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,20 +54,12 @@ pub enum BreakerPath {
     Roster,
 }
 
-/// A dial-level entry for the cooldown table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CooldownEntry {
-    /// The peer answered with a refusal: suppress it briefly. `retry_after` is the
-    /// advertised `Retry-After`, already bounded by
-    /// [`super::ClientConfig::max_refusal_cooldown`]; `None` when absent (the table's
-    /// default refused cooldown applies).
-    Refused {
-        /// How long to suppress the endpoint, if the peer said.
-        retry_after: Option<Duration>,
-    },
-    /// The peer could not be connected to: suppress it for the long failed cooldown.
-    Failed,
-}
+/// A dial-level entry for the cooldown table: the table's own
+/// [`DialOutcome`](crate::cooldown::DialOutcome), so a driver passes it to
+/// [`CooldownTable::record`](crate::cooldown::CooldownTable::record) unchanged. A refusal's
+/// `retry_after` is already bounded by [`super::ClientConfig::max_refusal_cooldown`];
+/// `None` when the peer sent none (the table's default refused cooldown applies).
+pub use crate::cooldown::DialOutcome as CooldownEntry;
 
 /// A refusal as the client understood it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,11 +5,13 @@
 //! [`bytes::BytesMut`] while bodies stay separate [`bytes::Bytes`] so drivers can write
 //! them without copying.
 //!
-//! * [`RequestDecoder`]: server side. Pipelined requests in order, keep-alive and
+//! * [`RequestDecoder`]: server side, buffered (`feed` + `decode`) or zero-copy
+//!   (`decode_slice`). Pipelined requests in order, keep-alive and
 //!   `Connection: close`, HTTP/1.0 and 1.1, and every framing rule that closes the door on
 //!   request smuggling (requests in this protocol never carry a body).
 //! * [`ResponseDecoder`]: client side. Status, headers and a `Content-Length`, chunked or
-//!   close-delimited body, bounded by a caller-given [`BodyLimit`].
+//!   close-delimited body, bounded by a caller-given [`BodyLimit`]. Bytes come in through
+//!   `feed` or are read straight into its buffer (`read_buf` + `advance`).
 //! * [`ChunkedDecoder`]: our own strict chunked transfer-coding decoder.
 //! * [`OutgoingRequest`] / [`OutgoingResponse`]: head encoders with validated header values.
 //!
@@ -23,18 +25,21 @@
 //! holds its head as a [`bytes::Bytes`] split off that buffer plus offsets, so decoding
 //! allocates nothing once the buffer exists, as long as the previous request's head has
 //! been dropped before the buffer needs compacting (the `alloc_request` integration test
-//! counts it). Response bodies are the one per-response allocation.
+//! counts it). [`RequestDecoder::decode_slice`] skips the buffer altogether when the
+//! caller's bytes hold a complete head: the [`RequestRef`] borrows them (no copy, no
+//! reference count). Response bodies are the one per-response allocation.
 
 mod chunked;
 mod encode;
 mod error;
+mod recv;
 mod request;
 mod response;
 
 pub use chunked::{ChunkedDecoder, ChunkedProgress};
 pub use encode::{OutgoingRequest, OutgoingResponse, RequestTarget, ResponseKind};
 pub use error::{ChunkedError, EncodeError, LengthError, RequestError, ResponseError, UsageError};
-pub use request::{Method, Rejection, Request, RequestDecoder, Route};
+pub use request::{Method, Rejection, Request, RequestDecoder, RequestRef, Route};
 pub use response::{BodyFraming, BodyLimit, ResponseDecoder, ResponseEvent, ResponseHead};
 
 /// Largest request head (request line, header fields, final empty line) we accept.
@@ -67,6 +72,11 @@ pub const MAX_RESPONSE_HEADERS: usize = 48;
 /// A `Content-Length` or close-delimited body may grow the buffer up to the body limit the
 /// caller chose, never beyond it.
 pub const RESPONSE_BUFFER_BYTES: usize = 2 * MAX_RESPONSE_HEAD_BYTES;
+
+/// Most bytes one [`ResponseDecoder::read_buf`] window offers. A read of 64 KiB is what
+/// socket reads commonly return at once; the bound keeps the spare bytes the decoder
+/// zeroes and keeps at the end of its buffer to one such read.
+pub const READ_WINDOW_BYTES: usize = 64 * 1024;
 
 /// Largest body accepted on a non-`200` response (`404`, `400`, `502`, `503`, ...). Those
 /// bodies are short human-readable text; the caller's expected length applies to the
@@ -108,6 +118,7 @@ pub(crate) struct Span {
 
 impl Span {
     /// The span of `part` inside `base`; `part` must be a subslice of `base`.
+    #[inline]
     pub(crate) fn of(base: &[u8], part: &[u8]) -> Span {
         let start = (part.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
         debug_assert!(start + part.len() <= base.len());
@@ -117,12 +128,9 @@ impl Span {
         }
     }
 
+    #[inline]
     pub(crate) fn get(self, base: &[u8]) -> &[u8] {
         &base[self.start as usize..self.end as usize]
-    }
-
-    pub(crate) fn range(self) -> core::ops::Range<usize> {
-        self.start as usize..self.end as usize
     }
 }
 
@@ -137,27 +145,6 @@ pub(crate) fn has_bare_lf(head: &[u8]) -> bool {
         bad |= (*cur == b'\n') & (*prev != b'\r');
     }
     bad
-}
-
-/// Every line of a request head httparse accepted ends in CRLF, checked only where
-/// httparse allows a line to end: before the request line (skipped empty lines), before
-/// each field name, and the final empty line. Equivalent to `!has_bare_lf(head)` for
-/// heads httparse accepted (debug builds, and so the fuzzers, assert it), at a fraction
-/// of the cost of scanning every byte.
-pub(crate) fn request_lines_end_in_crlf<'h>(
-    head: &[u8],
-    method: &[u8],
-    names: impl Iterator<Item = &'h [u8]>,
-) -> bool {
-    let start = Span::of(head, method).start as usize;
-    let mut ok = start % 2 == 0 && head[..start].chunks_exact(2).all(|p| p == b"\r\n");
-    ok &= head.ends_with(b"\r\n\r\n");
-    for name in names {
-        let at = Span::of(head, name).start as usize;
-        ok &= at >= 2 && &head[at - 2..at] == b"\r\n";
-    }
-    debug_assert_eq!(ok, !has_bare_lf(head), "line-ending shortcut disagrees");
-    ok
 }
 
 /// A `Content-Length` value: one or more ASCII digits fitting in a `u64` (RFC 9110 §8.6).

@@ -6,10 +6,10 @@ use bytes::{Bytes, BytesMut};
 
 use super::error::RequestError;
 use super::{
-    connection_options, parse_content_length, request_lines_end_in_crlf, Span, Version,
-    MAX_REQUEST_HEADERS, MAX_REQUEST_HEAD_BYTES, REQUEST_BUFFER_BYTES,
+    connection_options, has_bare_lf, parse_content_length, Span, Version, MAX_REQUEST_HEADERS,
+    MAX_REQUEST_HEAD_BYTES, REQUEST_BUFFER_BYTES,
 };
-use crate::wire::{self, BlockPath, Hop, HopError, PathError, Status};
+use crate::wire::{self, BlockPath, ChunkKey, Hop, HopError, PathError, Status};
 
 /// The request method, reduced to what the server distinguishes: `GET` is served,
 /// anything else answers `405` (methods are case-sensitive, so `get` is "other").
@@ -70,86 +70,167 @@ impl Rejection {
     }
 }
 
-/// One decoded request head. Owns its bytes (a [`Bytes`] split off the decoder's buffer),
-/// so it can outlive the decoder's next call; field accessors are offsets into it.
+/// One decoded request head, generic over where its bytes live.
+///
+/// `H` is [`Bytes`] for a request from [`RequestDecoder::decode`]: the head is split off the
+/// decoder's buffer, so the request owns it and can outlive the decoder's next call. `H` is
+/// `&[u8]` for a [`RequestRef`] from [`RequestDecoder::decode_slice`]: the head is the
+/// caller's own input, borrowed, never copied. Either way the decoded fields are offsets
+/// into the head plus the route, so a request is small and cheap to move.
 #[derive(Clone, Debug)]
-pub struct Request {
-    head: Bytes,
+pub struct Request<H = Bytes> {
+    head: H,
+    decoded: Decoded,
+}
+
+/// A request decoded straight from the caller's input by
+/// [`RequestDecoder::decode_slice`]: the head is borrowed, nothing was copied.
+pub type RequestRef<'a> = Request<&'a [u8]>;
+
+/// Everything a head decodes to except the head's bytes: offsets, counts and flags, no
+/// copies (the route, chunk key included, is decoded from the head when asked for).
+#[derive(Clone, Copy, Debug)]
+struct Decoded {
+    target: Place,
+    /// The path is the target up to here (the target without its query).
+    path_end: u16,
+    origin: Option<Place>,
+    node: Option<Place>,
+    peer_addr: Option<Place>,
+    epoch: Option<Place>,
+    hop: Option<Place>,
+    hop_count: u8,
+    origin_count: u8,
     method: Method,
     version: Version,
     keep_alive: bool,
-    target: Span,
-    path: Span,
-    origin: Option<Span>,
-    node: Option<Span>,
-    peer_addr: Option<Span>,
-    epoch: Option<Span>,
-    route: Result<Route, Rejection>,
 }
 
-impl Request {
+/// Where a part of a request head lies in it. Two `u16`s (a head is at most
+/// [`MAX_REQUEST_HEAD_BYTES`]) keep [`Decoded`] small: it is moved with every request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    start: u16,
+    end: u16,
+}
+
+const _: () = assert!(MAX_REQUEST_HEAD_BYTES <= u16::MAX as usize);
+
+impl Place {
+    /// The place of `part` inside `head`; `part` must be a subslice of `head`.
+    #[inline(always)]
+    fn of(head: &[u8], part: &[u8]) -> Place {
+        let start = Span::of(head, part).start as usize;
+        Place {
+            start: start as u16,
+            end: (start + part.len()) as u16,
+        }
+    }
+
+    #[inline(always)]
+    fn range(self) -> core::ops::Range<usize> {
+        usize::from(self.start)..usize::from(self.end)
+    }
+
+    #[inline(always)]
+    fn get(self, head: &[u8]) -> &[u8] {
+        &head[self.range()]
+    }
+}
+
+impl<H: AsRef<[u8]>> Request<H> {
     /// The method.
     pub fn method(&self) -> Method {
-        self.method
+        self.decoded.method
     }
 
     /// The HTTP version of the request line.
     pub fn version(&self) -> Version {
-        self.version
+        self.decoded.version
     }
 
     /// Whether the connection stays open after the answer: HTTP/1.1 unless
     /// `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`.
     pub fn keep_alive(&self) -> bool {
-        self.keep_alive
+        self.decoded.keep_alive
     }
 
     /// The full request target (path and query), as sent.
     pub fn target(&self) -> &[u8] {
-        self.target.get(&self.head)
+        self.decoded.target.get(self.head.as_ref())
     }
 
     /// The target's path: everything before `?`. Routes are matched on this only.
     pub fn path(&self) -> &[u8] {
-        self.path.get(&self.head)
+        let start = usize::from(self.decoded.target.start);
+        &self.head.as_ref()[start..usize::from(self.decoded.path_end)]
     }
 
     /// What the request asks for, or why it is not served (and with which status).
     ///
     /// Order of checks: unknown path (404), method (405), block path syntax (400),
     /// duplicate `X-DART-Origin` (400), hop (400).
+    ///
+    /// Computed from the head on each call (the chunk key is decoded then, into the
+    /// returned value, rather than copied along with the request): tens of nanoseconds,
+    /// so call it once per request.
+    #[inline(always)] // see `RequestDecoder::decode`
     pub fn route(&self) -> Result<Route, Rejection> {
-        self.route
+        let d = &self.decoded;
+        route(
+            d.method,
+            self.path(),
+            d.hop.map(|s| s.get(self.head.as_ref())),
+            d.hop_count,
+            d.origin_count,
+        )
     }
 
     /// `X-DART-Origin`, if present: the upstream URL a relay may fetch from.
     pub fn origin(&self) -> Option<&[u8]> {
-        self.origin.map(|s| s.get(&self.head))
-    }
-
-    /// `X-DART-Origin` as a zero-copy [`Bytes`] slice of the head.
-    pub fn origin_bytes(&self) -> Option<Bytes> {
-        self.origin.map(|s| self.head.slice(s.range()))
+        self.decoded.origin.map(|s| s.get(self.head.as_ref()))
     }
 
     /// `X-DART-Node`: the caller's node ID (roster requests identify the caller).
     pub fn node(&self) -> Option<&[u8]> {
-        self.node.map(|s| s.get(&self.head))
+        self.decoded.node.map(|s| s.get(self.head.as_ref()))
     }
 
     /// `X-DART-Peer-Addr`: the caller's advertised listen address.
     pub fn peer_addr(&self) -> Option<&[u8]> {
-        self.peer_addr.map(|s| s.get(&self.head))
+        self.decoded.peer_addr.map(|s| s.get(self.head.as_ref()))
     }
 
     /// `X-DART-Epoch`, raw (see [`wire::parse_epoch`]).
     pub fn epoch(&self) -> Option<&[u8]> {
-        self.epoch.map(|s| s.get(&self.head))
+        self.decoded.epoch.map(|s| s.get(self.head.as_ref()))
+    }
+
+    /// Bytes of input this request took: its head, request line through the final empty
+    /// line (including any empty lines skipped before the request line).
+    pub fn head_len(&self) -> usize {
+        self.head.as_ref().len()
+    }
+}
+
+impl Request<Bytes> {
+    /// `X-DART-Origin` as a zero-copy [`Bytes`] slice of the head.
+    pub fn origin_bytes(&self) -> Option<Bytes> {
+        self.decoded.origin.map(|s| self.head.slice(s.range()))
     }
 
     /// The raw head bytes, request line through the final empty line.
     pub fn head(&self) -> &Bytes {
         &self.head
+    }
+}
+
+impl<'a> Request<&'a [u8]> {
+    /// The raw head bytes, request line through the final empty line: the first
+    /// [`head_len`](Self::head_len) bytes of the input given to
+    /// [`RequestDecoder::decode_slice`].
+    pub fn head(&self) -> &'a [u8] {
+        self.head
     }
 }
 
@@ -170,6 +251,14 @@ enum State {
 /// with `keep_alive() == false` the decoder is closed: `decode` returns `Ok(None)` and
 /// `feed` discards input. After an error, `decode` returns the same error forever: answer
 /// its [`RequestError::status`] and close the connection.
+///
+/// Zero-copy fast path: before feeding received bytes, a driver may call
+/// [`decode_slice`](Self::decode_slice) on them. While nothing is buffered and the input
+/// starts with a complete head, it decodes that request straight from the input (a
+/// [`RequestRef`] borrowing it); the driver skips [`head_len`](Request::head_len) bytes
+/// and calls it again. When it returns `Ok(None)` the driver feeds the rest as usual.
+/// Mixing the two paths yields exactly the requests and errors that `feed` + `decode`
+/// alone would.
 #[derive(Debug)]
 pub struct RequestDecoder {
     buf: BytesMut,
@@ -219,138 +308,232 @@ impl RequestDecoder {
     }
 
     /// Decodes the next complete request, if one is buffered.
+    // Inlined (like `decode_slice` and `Request::route`) so the decoded request is built
+    // where the caller keeps it, mostly in registers: returned through memory, its small
+    // field stores were read back by wide copies and stalled on store forwarding, which
+    // measured at a fifth of the whole decode.
+    #[inline(always)]
     pub fn decode(&mut self) -> Result<Option<Request>, RequestError> {
         match self.state {
-            State::Open => {}
-            State::Closed => return Ok(None),
+            State::Open if !self.buf.is_empty() => {}
+            State::Open | State::Closed => return Ok(None),
             State::Failed(e) => return Err(e),
         }
-        match self.decode_inner() {
-            Ok(Some(req)) => {
-                if !req.keep_alive {
-                    self.state = State::Closed;
-                }
-                Ok(Some(req))
-            }
-            Ok(None) => Ok(None),
-            Err(e) => {
-                self.state = State::Failed(e);
-                Err(e)
-            }
-        }
+        let outcome = parse(window(&self.buf));
+        Ok(self.settle(outcome)?.map(|(head_len, decoded)| Request {
+            head: self.buf.split_to(head_len).freeze(),
+            decoded,
+        }))
     }
 
-    #[inline(always)]
-    fn decode_inner(&mut self) -> Result<Option<Request>, RequestError> {
-        if self.buf.is_empty() {
-            return Ok(None);
+    /// Decodes the next request straight from `input`, without copying it, when nothing
+    /// is buffered and `input` starts with a complete head. The request borrows `input`;
+    /// its [`head_len`](Request::head_len) bytes are consumed, the rest is the caller's.
+    ///
+    /// `Ok(None)` means "feed instead": bytes are already buffered (they come first), the
+    /// head in `input` is incomplete, or the decoder is closed. Errors are exactly those
+    /// `feed` + [`decode`](Self::decode) would report for the same bytes, and sticky.
+    #[inline(always)] // see `decode`
+    pub fn decode_slice<'a>(
+        &mut self,
+        input: &'a [u8],
+    ) -> Result<Option<RequestRef<'a>>, RequestError> {
+        match self.state {
+            State::Open if self.buf.is_empty() && !input.is_empty() => {}
+            State::Open | State::Closed => return Ok(None),
+            State::Failed(e) => return Err(e),
         }
-        // Parse only the first MAX_REQUEST_HEAD_BYTES: the outcome then depends on those
-        // bytes alone, whatever else is buffered, which keeps decoding split-invariant.
-        let window = &self.buf[..self.buf.len().min(MAX_REQUEST_HEAD_BYTES)];
-        let mut headers =
-            [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_REQUEST_HEADERS];
-        let mut req = httparse::Request::new(&mut []);
-        let parsed = httparse::ParserConfig::default().parse_request_with_uninit_headers(
-            &mut req,
-            window,
-            &mut headers,
-        );
-        let head_len = match parsed {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) => {
-                if window.len() >= MAX_REQUEST_HEAD_BYTES {
-                    return Err(RequestError::HeadTooLarge {
-                        limit: MAX_REQUEST_HEAD_BYTES,
-                    });
-                }
-                return Ok(None);
-            }
-            Err(httparse::Error::Version) if !names_a_version(window) => {
-                return Err(RequestError::MalformedRequestLine)
-            }
-            Err(e) => return Err(map_parse_error(e)),
-        };
-        let head = &window[..head_len];
-        let method_bytes = req
-            .method
-            .ok_or(RequestError::MalformedRequestLine)?
-            .as_bytes();
-        if !request_lines_end_in_crlf(
-            head,
-            method_bytes,
-            req.headers.iter().map(|h| h.name.as_bytes()),
-        ) {
-            return Err(RequestError::BareLineFeed);
-        }
-        let version = match req.version {
-            Some(0) => Version::Http10,
-            Some(1) => Version::Http11,
-            _ => return Err(RequestError::UnsupportedVersion),
-        };
-        let method = match req.method {
-            Some("GET") => Method::Get,
-            Some(_) => Method::Other,
-            None => return Err(RequestError::MalformedRequestLine),
-        };
-        let target = req
-            .path
-            .ok_or(RequestError::MalformedRequestLine)?
-            .as_bytes();
-        // Origin-form only (RFC 9112 §3.2.1), visible ASCII, no fragment. One
-        // non-short-circuiting pass so it vectorises (it runs on every request).
-        let (visible, query) = target.iter().fold((true, false), |(ok, q), &b| {
-            (ok & (b > 0x20) & (b < 0x7f) & (b != b'#'), q | (b == b'?'))
-        });
-        if target.first() != Some(&b'/') || !visible {
-            return Err(RequestError::InvalidTarget);
-        }
-        let path = if query {
-            let q = target
-                .iter()
-                .position(|&b| b == b'?')
-                .unwrap_or(target.len());
-            &target[..q]
-        } else {
-            target
-        };
+        Ok(self
+            .settle(parse(window(input)))?
+            .map(|(head_len, decoded)| Request {
+                head: &input[..head_len],
+                decoded,
+            }))
+    }
 
-        let mut fields = Fields::default();
-        for h in req.headers.iter() {
-            fields.take(h.name.as_bytes(), h.value)?;
+    /// Moves the state on after a parse: closed after a request that does not keep the
+    /// connection alive, failed (for good) after an error.
+    #[inline(always)]
+    fn settle(
+        &mut self,
+        outcome: Result<Option<(usize, Decoded)>, RequestError>,
+    ) -> Result<Option<(usize, Decoded)>, RequestError> {
+        match &outcome {
+            Ok(Some((_, decoded))) if !decoded.keep_alive => self.state = State::Closed,
+            Err(e) => self.state = State::Failed(*e),
+            Ok(_) => {}
         }
-        if version == Version::Http11 && !fields.host {
-            return Err(RequestError::MissingHost);
-        }
-        let keep_alive = !fields.close && (version == Version::Http11 || fields.keep_alive);
-        let route = route(method, path, &fields);
-        let spans = (
-            Span::of(head, target),
-            Span::of(head, path),
-            fields.origin.map(|v| Span::of(head, v)),
-            fields.node.map(|v| Span::of(head, v)),
-            fields.peer_addr.map(|v| Span::of(head, v)),
-            fields.epoch.map(|v| Span::of(head, v)),
-        );
-        let head = self.buf.split_to(head_len).freeze();
-        Ok(Some(Request {
-            head,
-            method,
-            version,
-            keep_alive,
-            target: spans.0,
-            path: spans.1,
-            origin: spans.2,
-            node: spans.3,
-            peer_addr: spans.4,
-            epoch: spans.5,
-            route,
-        }))
+        outcome
     }
 }
 
-#[inline]
-fn route(method: Method, path: &[u8], fields: &Fields<'_>) -> Result<Route, Rejection> {
+/// The part of `input` a head must lie in: its first [`MAX_REQUEST_HEAD_BYTES`]. The
+/// outcome then depends on those bytes alone, whatever else follows, which keeps decoding
+/// split-invariant.
+#[inline(always)]
+fn window(input: &[u8]) -> &[u8] {
+    &input[..input.len().min(MAX_REQUEST_HEAD_BYTES)]
+}
+
+/// Parses and validates one request head at the start of `window`: `Ok(None)` if it is
+/// incomplete, else its length and everything decoded from it.
+///
+/// httparse tokenises; every rule it does not enforce is checked here, in one pass over
+/// the fields. Errors keep a fixed precedence (request line, line endings, version,
+/// target, then the first bad field, then `Host`) so the error never depends on the
+/// order of checks inside the pass.
+#[inline(always)]
+fn parse(window: &[u8]) -> Result<Option<(usize, Decoded)>, RequestError> {
+    let mut headers =
+        [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_REQUEST_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut req,
+        window,
+        &mut headers,
+    );
+    let head_len = match parsed {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if window.len() >= MAX_REQUEST_HEAD_BYTES {
+                return Err(RequestError::HeadTooLarge {
+                    limit: MAX_REQUEST_HEAD_BYTES,
+                });
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::Version) if !names_a_version(window) => {
+            return Err(RequestError::MalformedRequestLine)
+        }
+        Err(e) => return Err(map_parse_error(e)),
+    };
+    let head = &window[..head_len];
+    let method = req
+        .method
+        .ok_or(RequestError::MalformedRequestLine)?
+        .as_bytes();
+
+    // Line endings (RFC 9112 §2.2: no bare LF) are checked only where httparse allows a
+    // line to end: before the request line (skipped empty lines), before each field name,
+    // and the final empty line. Same verdict as scanning every byte for an LF without a
+    // CR before it (debug builds, and so the fuzzers, assert it), at a fraction of the cost.
+    let start = Span::of(head, method).start as usize;
+    let mut crlf = start % 2 == 0
+        && head[..start].chunks_exact(2).all(|p| p == b"\r\n")
+        && head.ends_with(b"\r\n\r\n");
+    let mut fields = Fields::default();
+    let mut field_error = None;
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        let at = Span::of(head, name).start as usize;
+        crlf &= head[..at].ends_with(b"\r\n");
+        if let Err(e) = fields.take(name, h.value) {
+            field_error.get_or_insert(e);
+        }
+    }
+    debug_assert_eq!(crlf, !has_bare_lf(head), "line-ending shortcut disagrees");
+    if !crlf {
+        return Err(RequestError::BareLineFeed);
+    }
+    let version = match req.version {
+        Some(0) => Version::Http10,
+        Some(1) => Version::Http11,
+        _ => return Err(RequestError::UnsupportedVersion),
+    };
+    let method = if method == b"GET" {
+        Method::Get
+    } else {
+        Method::Other
+    };
+    let target = req
+        .path
+        .ok_or(RequestError::MalformedRequestLine)?
+        .as_bytes();
+    // Origin-form only (RFC 9112 §3.2.1), visible ASCII, no fragment. httparse already
+    // refused control bytes, space and DEL in the target (its URI byte class); what it
+    // lets through and we refuse is non-ASCII and `#`.
+    debug_assert!(target.iter().all(|&b| b > 0x20 && b != 0x7f));
+    let (visible, query) = scan_target(target);
+    if target.first() != Some(&b'/') || !visible {
+        return Err(RequestError::InvalidTarget);
+    }
+    let path = if query {
+        let q = target
+            .iter()
+            .position(|&b| b == b'?')
+            .unwrap_or(target.len());
+        &target[..q]
+    } else {
+        target
+    };
+    if let Some(e) = field_error {
+        return Err(e);
+    }
+    if version == Version::Http11 && !fields.host {
+        return Err(RequestError::MissingHost);
+    }
+    let target_place = Place::of(head, target);
+    let span = |v: &[u8]| Place::of(head, v);
+    Ok(Some((
+        head_len,
+        Decoded {
+            target: target_place,
+            path_end: target_place.start + path.len() as u16,
+            origin: fields.origin.map(span),
+            node: fields.node.map(span),
+            peer_addr: fields.peer_addr.map(span),
+            epoch: fields.epoch.map(span),
+            hop: fields.hop.map(span),
+            hop_count: fields.hop_count,
+            origin_count: fields.origin_count,
+            method,
+            version,
+            keep_alive: !fields.close && (version == Version::Http11 || fields.keep_alive),
+        },
+    )))
+}
+
+/// Is `target` free of non-ASCII bytes and `#`, and does it hold a `?`? (httparse has
+/// already refused control bytes, space and DEL.) Runs
+/// on every request, so it works in 16-byte blocks of independent lanes (vector
+/// instructions), the last block overlapping the one before instead of a byte-wise tail.
+#[inline(always)]
+fn scan_target(target: &[u8]) -> (bool, bool) {
+    #[inline(always)]
+    fn block(bytes: &[u8; 16]) -> (bool, bool) {
+        bytes.iter().fold((true, false), |(ok, q), &b| {
+            (ok & (b < 0x80) & (b != b'#'), q | (b == b'?'))
+        })
+    }
+    if target.len() < 16 {
+        let mut padded = [b'/'; 16];
+        padded[..target.len()].copy_from_slice(target);
+        return block(&padded);
+    }
+    let (mut visible, mut query) = (true, false);
+    let mut blocks = target.chunks_exact(16);
+    for b in &mut blocks {
+        let (v, q) = block(b.try_into().expect("16 bytes"));
+        visible &= v;
+        query |= q;
+    }
+    if !blocks.remainder().is_empty() {
+        let last = &target[target.len() - 16..];
+        let (v, q) = block(last.try_into().expect("16 bytes"));
+        visible &= v;
+        query |= q;
+    }
+    (visible, query)
+}
+
+#[inline(always)]
+fn route(
+    method: Method,
+    path: &[u8],
+    hop: Option<&[u8]>,
+    hop_count: u8,
+    origin_count: u8,
+) -> Result<Route, Rejection> {
     if path == wire::ROSTER_PATH.as_bytes() {
         return match method {
             Method::Get => Ok(Route::Roster),
@@ -363,17 +546,24 @@ fn route(method: Method, path: &[u8], fields: &Fields<'_>) -> Result<Route, Reje
     if method != Method::Get {
         return Err(Rejection::MethodNotAllowed);
     }
-    let block = BlockPath::parse(path).map_err(Rejection::BadPath)?;
-    if fields.origin_count > 1 {
+    let (key, index) = wire::split_block_path(path).map_err(Rejection::BadPath)?;
+    if origin_count > 1 {
         return Err(Rejection::DuplicateOrigin);
     }
-    let hop = if fields.hop_count > 1 {
+    let hop = if hop_count > 1 {
         Err(HopError::Duplicate)
     } else {
-        wire::parse_hop(fields.hop)
+        wire::parse_hop(hop)
     }
     .map_err(Rejection::BadHop)?;
-    Ok(Route::Block { path: block, hop })
+    // Built last, once every check has passed, so the key is decoded in place.
+    Ok(Route::Block {
+        path: BlockPath {
+            key: ChunkKey::from_valid_hex(key),
+            index,
+        },
+        hop,
+    })
 }
 
 /// The header fields the decoder looks at, gathered in one pass.
@@ -393,31 +583,33 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    #[inline(always)]
     fn take(&mut self, name: &[u8], value: &'a [u8]) -> Result<(), RequestError> {
-        // Dispatch on length first: one comparison rules out most names.
+        // Dispatch on length first: one comparison rules out most names, then a word
+        // compare or two per candidate.
         match name.len() {
-            4 if name.eq_ignore_ascii_case(b"host") => {
+            4 if name_is(name, b"host") => {
                 if self.host {
                     return Err(RequestError::DuplicateHost);
                 }
                 self.host = true;
             }
-            10 if name.eq_ignore_ascii_case(b"connection") => {
+            10 if name_is(name, b"x-dart-hop") => {
+                self.hop = Some(value);
+                self.hop_count = self.hop_count.saturating_add(1);
+            }
+            10 if name_is(name, b"connection") => {
                 let (close, keep_alive) = connection_options(value);
                 self.close |= close;
                 self.keep_alive |= keep_alive;
             }
-            10 if name.eq_ignore_ascii_case(b"x-dart-hop") => {
-                self.hop = Some(value);
-                self.hop_count = self.hop_count.saturating_add(1);
-            }
-            11 if name.eq_ignore_ascii_case(b"x-dart-node") => self.node = Some(value),
-            12 if name.eq_ignore_ascii_case(b"x-dart-epoch") => self.epoch = Some(value),
-            13 if name.eq_ignore_ascii_case(b"x-dart-origin") => {
+            11 if name_is(name, b"x-dart-node") => self.node = Some(value),
+            12 if name_is(name, b"x-dart-epoch") => self.epoch = Some(value),
+            13 if name_is(name, b"x-dart-origin") => {
                 self.origin = Some(value);
                 self.origin_count = self.origin_count.saturating_add(1);
             }
-            14 if name.eq_ignore_ascii_case(b"content-length") => {
+            14 if name_is(name, b"content-length") => {
                 if self.content_length {
                     return Err(RequestError::DuplicateContentLength);
                 }
@@ -430,13 +622,44 @@ impl<'a> Fields<'a> {
                     }
                 }
             }
-            16 if name.eq_ignore_ascii_case(b"x-dart-peer-addr") => self.peer_addr = Some(value),
-            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+            16 if name_is(name, b"x-dart-peer-addr") => self.peer_addr = Some(value),
+            17 if name_is(name, b"transfer-encoding") => {
                 return Err(RequestError::TransferEncoding)
             }
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// Is `name` (a field name httparse accepted, of length `N`) the lower-case `lower`,
+/// ignoring ASCII case? Compares whole words with bit 5 forced on instead of byte by
+/// byte. Exact for these names: `lower` holds only letters and `-`, and the only other
+/// byte that maps onto one of those under `| 0x20` is CR (onto `-`), which is not a token
+/// character, so httparse never hands it over in a name.
+#[inline(always)]
+fn name_is<const N: usize>(name: &[u8], lower: &[u8; N]) -> bool {
+    debug_assert_eq!(name.len(), N);
+    debug_assert!(lower.iter().all(|&b| b.is_ascii_lowercase() || b == b'-'));
+    if N < 8 {
+        return name.eq_ignore_ascii_case(lower);
+    }
+    const FOLD: u64 = 0x2020_2020_2020_2020;
+    let word = |s: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    // Words at 0, 8, ..., and one ending at N (overlapping the previous one).
+    let mut same = true;
+    let mut at = 0;
+    loop {
+        let a = at.min(N - 8);
+        same &= word(name, a) | FOLD == word(lower, a);
+        if a == N - 8 {
+            return same;
+        }
+        at += 8;
     }
 }
 
@@ -596,6 +819,139 @@ mod tests {
             })
         );
         assert_eq!(err.unwrap().status(), Status::HeaderFieldsTooLarge);
+    }
+
+    #[test]
+    fn decode_slice_borrows_complete_heads_and_leaves_partial_ones_to_feed() {
+        let first = b"GET /peer/v1/block/ab/1 HTTP/1.1\r\nHost: a\r\nX-DART-Origin: o\r\n\r\n";
+        let second = b"GET /peer/v1/roster HTTP/1.1\r\nHost: a\r\n\r\n";
+        let mut input = first.to_vec();
+        input.extend_from_slice(&second[..10]);
+        let mut d = RequestDecoder::new();
+        let r = d.decode_slice(&input).unwrap().unwrap();
+        // Borrowed: the head is the caller's own bytes, not a copy.
+        assert_eq!(r.head().as_ptr(), input.as_ptr());
+        assert_eq!(r.head_len(), first.len());
+        assert_eq!(r.origin(), Some(&b"o"[..]));
+        assert_eq!(r.path(), b"/peer/v1/block/ab/1");
+        let rest = &input[r.head_len()..];
+        // An incomplete head: "feed instead".
+        assert!(d.decode_slice(rest).unwrap().is_none());
+        assert_eq!(d.feed(rest), rest.len());
+        // Buffered bytes come first: decode_slice defers even to a complete head.
+        assert!(d.decode_slice(second).unwrap().is_none());
+        assert_eq!(d.feed(&second[10..]), second.len() - 10);
+        assert_eq!(d.decode().unwrap().unwrap().route(), Ok(Route::Roster));
+        assert!(d.decode().unwrap().is_none());
+    }
+
+    #[test]
+    fn decode_slice_closes_and_fails_like_decode() {
+        let mut d = RequestDecoder::new();
+        let close = b"GET /peer/v1/roster HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+        assert!(!d.decode_slice(close).unwrap().unwrap().keep_alive());
+        assert!(d.is_closed());
+        assert!(d.decode_slice(close).unwrap().is_none());
+        assert_eq!(d.feed(close), close.len(), "closed: input discarded");
+
+        let mut d = RequestDecoder::new();
+        let bad = b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n";
+        assert_eq!(
+            d.decode_slice(bad).unwrap_err(),
+            RequestError::DuplicateHost
+        );
+        assert_eq!(
+            d.decode_slice(b"").unwrap_err(),
+            RequestError::DuplicateHost
+        );
+        assert_eq!(d.decode().unwrap_err(), RequestError::DuplicateHost);
+
+        let mut big = b"GET /peer/v1/roster HTTP/1.1\r\nX-Pad: ".to_vec();
+        big.resize(MAX_REQUEST_HEAD_BYTES + 10, b'a');
+        let mut d = RequestDecoder::new();
+        assert_eq!(
+            d.decode_slice(&big).unwrap_err(),
+            RequestError::HeadTooLarge {
+                limit: MAX_REQUEST_HEAD_BYTES
+            }
+        );
+    }
+
+    #[test]
+    fn field_names_match_in_any_case_and_only_exactly() {
+        for (name, want) in [
+            (&b"X-DART-HOP"[..], true),
+            (b"x-dart-hop", true),
+            (b"X-dArT-hOp", true),
+            (b"x_dart-hop", false),
+            (b"x-dart-hoq", false),
+            (b"y-dart-hop", false),
+        ] {
+            assert_eq!(name_is(name, b"x-dart-hop"), want, "{name:?}");
+        }
+        assert!(name_is(b"TRANSFER-encoding", b"transfer-encoding"));
+        // Every byte counts, the ones between the overlapping words included.
+        for at in 0..17 {
+            let mut name = *b"transfer-encoding";
+            name[at] = b'!';
+            assert!(!name_is(&name, b"transfer-encoding"), "{at}");
+        }
+        assert!(!name_is(b"transfer_encoding", b"transfer-encoding"));
+        assert!(name_is(b"HoSt", b"host"));
+    }
+
+    #[test]
+    fn target_scan_checks_every_byte_whatever_the_length() {
+        for len in 1..80 {
+            let mut target = vec![b'a'; len];
+            target[0] = b'/';
+            assert_eq!(scan_target(&target), (true, false), "{len}");
+            for at in 0..len {
+                for (bad, query) in [(b'#', false), (0x80, false), (0xff, false)] {
+                    let mut t = target.clone();
+                    t[at] = bad;
+                    assert_eq!(scan_target(&t), (false, query), "{len} {at} {bad}");
+                }
+                let mut t = target.clone();
+                t[at] = b'?';
+                assert_eq!(scan_target(&t), (true, true), "{len} {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn target_must_be_visible_ascii_without_fragment_whoever_checks_which_byte() {
+        // Control bytes, space and DEL are httparse's to refuse, non-ASCII and `#` ours:
+        // every one is refused, at any position of a long or short target.
+        for target in [
+            &b"/peer/v1/roster"[..],
+            b"/peer/v1/block/abcd/1?x=0123456789abcdef",
+        ] {
+            for at in 1..target.len() {
+                for bad in [0x00, 0x01, b'\t', 0x1f, b' ', 0x7f, 0x80, 0xc3, 0xff, b'#'] {
+                    let mut t = target.to_vec();
+                    t[at] = bad;
+                    let req = [b"GET ".as_slice(), &t, b" HTTP/1.1\r\nHost: a\r\n\r\n"].concat();
+                    let (reqs, err) = decode_all(&req);
+                    assert!(
+                        reqs.is_empty() && err.is_some(),
+                        "{bad:#x} at {at}: {err:?}"
+                    );
+                    if bad == b'#' {
+                        assert_eq!(err, Some(RequestError::InvalidTarget));
+                    }
+                }
+                // Non-ASCII that is valid UTF-8 gets past httparse (which wants a `str`);
+                // it is ours to refuse.
+                let t = [&target[..at], "\u{e9}".as_bytes(), &target[at..]].concat();
+                let req = [b"GET ".as_slice(), &t, b" HTTP/1.1\r\nHost: a\r\n\r\n"].concat();
+                assert_eq!(
+                    decode_all(&req).1,
+                    Some(RequestError::InvalidTarget),
+                    "at {at}"
+                );
+            }
+        }
     }
 
     #[test]

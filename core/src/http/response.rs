@@ -6,9 +6,10 @@ use bytes::{Bytes, BytesMut};
 
 use super::chunked::ChunkedDecoder;
 use super::error::{ChunkedError, LengthError, ResponseError, UsageError};
+use super::recv::RecvBuf;
 use super::{
     connection_options, has_bare_lf, parse_content_length, Span, Version, MAX_ERROR_BODY_BYTES,
-    MAX_INFORMATIONAL_RESPONSES, MAX_RESPONSE_HEADERS, MAX_RESPONSE_HEAD_BYTES,
+    MAX_INFORMATIONAL_RESPONSES, MAX_RESPONSE_HEADERS, MAX_RESPONSE_HEAD_BYTES, READ_WINDOW_BYTES,
     RESPONSE_BUFFER_BYTES,
 };
 use crate::time::Duration;
@@ -205,7 +206,7 @@ enum State {
 /// it forever: close the connection. Any split of the input yields the same events.
 #[derive(Debug)]
 pub struct ResponseDecoder {
-    buf: BytesMut,
+    buf: RecvBuf,
     state: State,
     eof: bool,
     consumed: u64,
@@ -226,7 +227,7 @@ impl ResponseDecoder {
     /// An idle decoder with its head buffer allocated.
     pub fn new() -> Self {
         ResponseDecoder {
-            buf: BytesMut::with_capacity(RESPONSE_BUFFER_BYTES),
+            buf: RecvBuf::with_capacity(RESPONSE_BUFFER_BYTES),
             state: State::Idle,
             eof: false,
             consumed: 0,
@@ -290,8 +291,31 @@ impl ResponseDecoder {
             return data.len();
         }
         let take = data.len().min(self.room());
-        self.buf.extend_from_slice(&data[..take]);
+        self.buf.extend(&data[..take]);
         take
+    }
+
+    /// A window to read received bytes into directly, instead of reading into a buffer of
+    /// the driver's own and copying them in with [`feed`](Self::feed): at most
+    /// [`room`](Self::room) and [`READ_WINDOW_BYTES`] bytes, initialised (zeroed the
+    /// first time; the decoder reuses it afterwards). Write received bytes at its start,
+    /// then call [`advance`](Self::advance) with their count. Empty when no byte can be
+    /// taken now: [`poll`](Self::poll) first.
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        let want = self.room().min(READ_WINDOW_BYTES);
+        self.buf.read_buf(want)
+    }
+
+    /// `n` bytes were written at the start of the last [`read_buf`](Self::read_buf)
+    /// window: they count as fed (at most that window's length is taken). Returns how many
+    /// were taken. Once closed or failed they are discarded (reported as taken), as
+    /// [`feed`](Self::feed) discards.
+    pub fn advance(&mut self, n: usize) -> usize {
+        if self.is_closed() {
+            self.buf.discard_lent();
+            return n;
+        }
+        self.buf.commit(n)
     }
 
     /// The peer closed its sending side: completes a close-delimited body, and makes an
@@ -357,7 +381,7 @@ impl ResponseDecoder {
                     limit,
                     keep_alive,
                 } => {
-                    let progress = decoder.decode(&self.buf, body).map_err(|e| match e {
+                    let progress = decoder.decode(self.buf.data(), body).map_err(|e| match e {
                         ChunkedError::ChunkExceedsLimit { .. } => {
                             ResponseError::Length(LengthError::Long { limit: limit.max() })
                         }
@@ -386,7 +410,7 @@ impl ResponseDecoder {
                         return Ok(None);
                     }
                     check_short(limit, self.buf.len() as u64)?;
-                    let body = self.buf.split().freeze();
+                    let body = self.buf.split_all().freeze();
                     self.consumed += body.len() as u64;
                     self.state = State::Closed;
                     return Ok(Some(ResponseEvent::Body(body)));
@@ -404,7 +428,7 @@ impl ResponseDecoder {
     }
 
     fn parse_head(&mut self, limit: BodyLimit, interim: u32) -> Result<HeadOutcome, ResponseError> {
-        let window = &self.buf[..self.buf.len().min(MAX_RESPONSE_HEAD_BYTES)];
+        let window = &self.buf.data()[..self.buf.len().min(MAX_RESPONSE_HEAD_BYTES)];
         let mut headers =
             [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
         let mut res = httparse::Response::new(&mut []);
@@ -632,6 +656,78 @@ mod tests {
             Some(ResponseEvent::Body(b)) => Ok((head, b)),
             other => panic!("expected body, got {other:?}"),
         }
+    }
+
+    /// Drives `d` with `input` through `read_buf` + `advance` only, `chunk` bytes per
+    /// "socket read", polling between reads; returns the events.
+    fn read_into(d: &mut ResponseDecoder, input: &[u8], chunk: usize) -> Vec<ResponseEvent> {
+        let mut events = Vec::new();
+        let mut rest = input;
+        loop {
+            while let Ok(Some(ev)) = d.poll() {
+                events.push(ev);
+            }
+            if rest.is_empty() {
+                return events;
+            }
+            let window = d.read_buf();
+            let n = window.len().min(rest.len()).min(chunk);
+            assert!(n > 0, "no room and no event: stalled");
+            window[..n].copy_from_slice(&rest[..n]);
+            assert_eq!(d.advance(n), n);
+            rest = &rest[n..];
+        }
+    }
+
+    #[test]
+    fn reading_into_the_decoder_gives_what_feeding_gives_and_respects_the_limit() {
+        let mut wire = b"HTTP/1.1 200 OK\r\nContent-Length: 70000\r\n\r\n".to_vec();
+        wire.extend((0..70_000u32).map(|i| i as u8));
+        let body_at = wire.len() - 70_000;
+        for chunk in [1, 7, 4096, usize::MAX] {
+            let mut d = ResponseDecoder::new();
+            d.expect(BodyLimit::Exact(70_000)).unwrap();
+            let events = read_into(&mut d, &wire, chunk);
+            let [ResponseEvent::Head(h), ResponseEvent::Body(b)] = &events[..] else {
+                panic!("{chunk}: {events:?}")
+            };
+            assert_eq!(h.status(), 200);
+            assert_eq!(&b[..], &wire[body_at..], "{chunk}");
+            assert!(d.is_idle());
+        }
+        // The window never exceeds the limit + 1 that `room` allows for a length-less body.
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::AtMost(10)).unwrap();
+        let head = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
+        assert_eq!(read_into(&mut d, head, usize::MAX).len(), 1);
+        assert_eq!(d.read_buf().len(), 11);
+        // Advancing past the window takes the window only.
+        assert_eq!(d.advance(50), 11);
+        assert_eq!(
+            d.poll().unwrap_err(),
+            ResponseError::Length(LengthError::Long { limit: 10 })
+        );
+        // Closed: what is read is discarded, as `feed` discards.
+        let _ = d.read_buf();
+        assert_eq!(d.advance(3), 3);
+        assert_eq!(d.buffered(), 11);
+    }
+
+    #[test]
+    fn read_window_is_reused_not_reallocated_between_reads() {
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::Exact(2)).unwrap();
+        let first = d.read_buf().as_ptr();
+        let wire = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        d.read_buf()[..10].copy_from_slice(&wire[..10]);
+        assert_eq!(d.advance(10), 10);
+        // The next window starts right after the bytes just read, in the same memory.
+        assert_eq!(d.read_buf().as_ptr(), first.wrapping_add(10));
+        assert!(d.read_buf().len() <= READ_WINDOW_BYTES);
+        let events = read_into(&mut d, &wire[10..], usize::MAX);
+        assert!(
+            matches!(&events[..], [ResponseEvent::Head(_), ResponseEvent::Body(b)] if &b[..] == b"ok")
+        );
     }
 
     #[test]
