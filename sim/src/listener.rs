@@ -71,7 +71,8 @@ impl Limit {
         })
     }
 
-    fn from_reason(r: RefusalReason) -> Limit {
+    /// The limit behind a refusal reason core's admission gave.
+    pub fn from_reason(r: RefusalReason) -> Limit {
         match r {
             RefusalReason::Sessions => Limit::Sessions,
             RefusalReason::SourceSessions => Limit::SourceSessions,
@@ -137,6 +138,26 @@ impl Admission {
             max_channels: l.max_channels,
             channels: 0,
         }
+    }
+
+    /// The same listener with its byte budgets divided by `scale` (the HTTP path carries
+    /// bodies at 1/`scale` of their nominal size; see `world::http`). Channels are left
+    /// out: HTTP/1.1 has none, and that path admits through core alone.
+    pub fn scaled(l: &Listener, scale: u64) -> Self {
+        let mut config = admission_config(l);
+        config.max_inflight_bytes /= scale;
+        config.max_inflight_bytes_per_source /= scale;
+        Admission {
+            core: CoreAdmission::new(config.clone()).expect("validated with the scenario"),
+            config,
+            max_channels: u32::MAX,
+            channels: 0,
+        }
+    }
+
+    /// Core's admission itself, for the HTTP path's server connection machines.
+    pub fn core_mut(&mut self) -> &mut CoreAdmission<u32> {
+        &mut self.core
     }
 
     /// Sessions open.

@@ -2,7 +2,9 @@
 //! queue, the response, and the client's classification of how it ended.
 
 use peerblock_core::breaker::Outcome as BreakerOutcome;
-use peerblock_core::client::{BreakerOutcome as ClientBreakerOutcome, CooldownEntry, Ending};
+use peerblock_core::client::{
+    BreakerOutcome as ClientBreakerOutcome, Classification, CooldownEntry, Ending,
+};
 use peerblock_core::cooldown::DialOutcome;
 use peerblock_core::read::{GetId, GetOutcome};
 use peerblock_core::time::{Duration, Instant};
@@ -44,6 +46,10 @@ impl World<'_> {
         if hedged {
             self.metrics.gets_hedged += 1;
         }
+        if self.http.is_some() {
+            self.start_http_get(h, id, r, node, block, hedged, permit);
+            return;
+        }
         let multiplexed = self.multiplexed;
         let node_ref = &mut self.nodes[node as usize];
         let existing = node_ref.usable_connection(r, now, self.idle, multiplexed);
@@ -80,6 +86,7 @@ impl World<'_> {
             ticket: None,
             dials: 1,
             advertised: None,
+            http: None,
         });
         if let Some(rs) = self.reads.get_mut(h) {
             rs.gets.push((id, g));
@@ -104,6 +111,52 @@ impl World<'_> {
                 Ev::DialTimeout { get: g },
             );
         }
+    }
+
+    /// `start_get` on the HTTP path: the GET is a real client exchange (see `http`).
+    #[allow(clippy::too_many_arguments)]
+    fn start_http_get(
+        &mut self,
+        h: Handle,
+        id: GetId,
+        r: u32,
+        node: u32,
+        block: u32,
+        hedged: bool,
+        permit: Option<peerblock_core::breaker::Permit>,
+    ) {
+        let now = self.now;
+        let bytes = self.s.block_bytes(block);
+        let epoch = self.nodes[node as usize].epoch;
+        let g = self.gets.insert(Get {
+            read: h,
+            id,
+            reader: r,
+            node,
+            block,
+            phase: Phase::Requested,
+            permit,
+            conn: 0,
+            epoch,
+            reserved: bytes,
+            bytes,
+            ticket: None,
+            dials: 1,
+            advertised: None,
+            http: None,
+        });
+        if let Some(rs) = self.reads.get_mut(h) {
+            rs.gets.push((id, g));
+        }
+        let reused = self.http_start(g, true);
+        trace!(
+            self.trace,
+            now,
+            "get",
+            "r={r} b={block} n={node} hedge={} dial={}",
+            u8::from(hedged),
+            u8::from(!reused)
+        );
     }
 
     pub(super) fn arm_request_timeouts(&mut self, g: Handle, sent: Instant) {
@@ -294,6 +347,13 @@ impl World<'_> {
             return;
         }
         let done = self.nodes[n as usize].uplink.finished(now);
+        if self.http.is_some() {
+            for t in done {
+                self.http_transfer_done(t);
+            }
+            self.reschedule_uplink(n);
+            return;
+        }
         for t in done {
             let g = handle_of(t);
             let Some(get) = self.gets.get_mut(g) else {
@@ -342,18 +402,40 @@ impl World<'_> {
     /// Ends a GET with `result`: releases the node side, tells the breaker and cooldown
     /// table, and hands the outcome to the read machine.
     pub(super) fn end_get(&mut self, g: Handle, result: GetResult, ending: Ending) {
+        // The core client's classification decides what the breaker and the cooldown
+        // table learn from this ending.
+        let class = ending.classify();
+        let outcome = match ending {
+            Ending::Block(bytes) => GetOutcome::Found(bytes),
+            Ending::Miss => GetOutcome::NotFound,
+            Ending::Refused(refusal) => GetOutcome::Refused {
+                retry_after: refusal.retry_after,
+            },
+            _ => GetOutcome::Failed,
+        };
+        self.end_get_classified(g, result, class, outcome);
+    }
+
+    /// Ends a GET whose ending was classified (by `Ending::classify` on the modelled path,
+    /// by the exchange machine's `ExchangeOutcome` on the HTTP path).
+    pub(super) fn end_get_classified(
+        &mut self,
+        g: Handle,
+        result: GetResult,
+        class: Classification,
+        outcome: GetOutcome,
+    ) {
         let now = self.now;
         let Some(mut get) = self.gets.remove(g) else {
             return;
         };
-        self.release_at_node(g, &mut get);
+        if get.http.is_none() {
+            self.release_at_node(g, &mut get);
+        }
         let (r, n) = (get.reader, get.node);
         let peer = self.content.ids[n as usize];
         let reader = &mut self.readers[r as usize];
         reader.get_ended(n);
-        // The core client's classification decides what the breaker and the cooldown
-        // table learn from this ending.
-        let class = ending.classify();
         let breaker = match class.breaker {
             ClientBreakerOutcome::Answered => BreakerOutcome::Answered,
             ClientBreakerOutcome::SoftFailure => BreakerOutcome::SoftFailure,
@@ -367,14 +449,6 @@ impl World<'_> {
             Some(CooldownEntry::Failed) => reader.suppress(now, peer, DialOutcome::Failed),
             None => {}
         }
-        let outcome = match ending {
-            Ending::Block(bytes) => GetOutcome::Found(bytes),
-            Ending::Miss => GetOutcome::NotFound,
-            Ending::Refused(refusal) => GetOutcome::Refused {
-                retry_after: refusal.retry_after,
-            },
-            _ => GetOutcome::Failed,
-        };
         if reader.record(now, n, get.permit, breaker) {
             self.metrics.breaker_opens += 1;
             trace!(self.trace, now, "breaker-open", "r={r} n={n}");
@@ -406,7 +480,10 @@ impl World<'_> {
         let Some(mut get) = self.gets.remove(g) else {
             return;
         };
-        self.release_at_node(g, &mut get);
+        match get.http.take() {
+            Some(mut http) => self.http_cancel(&mut http, get.reader, get.node),
+            None => self.release_at_node(g, &mut get),
+        }
         let reader = &mut self.readers[get.reader as usize];
         reader.get_ended(get.node);
         reader.release(self.now, get.permit);

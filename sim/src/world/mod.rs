@@ -4,9 +4,11 @@
 //! Each block read is a [`peerblock_core::read::Read`]; each reader owns one
 //! [`peerblock_core::cooldown::CooldownTable`] and one [`peerblock_core::breaker::Breaker`]
 //! shared by all its reads and answers the read machine's `PeerView` questions from them.
-//! The simulator plays the driver: it answers `Lookup` from the placement it knows, carries
-//! each `Get` through the node model (dial → session admission → request admission →
-//! upload queue → response) and classifies the ending the way a client would.
+//! The simulator plays the driver: it answers `Lookup` from the placement it knows and
+//! carries each `Get` to a node. On peerblock's HTTP/1.1 arms that is a real client
+//! `Exchange` talking real bytes to a real `ServerConnection` at the node (module `http`); on the
+//! reference's multiplexed arms it is the node model (dial → session admission → request
+//! admission → upload queue → response), whose ending is classified the way a client would.
 //!
 //! Everything is single-threaded and ordered by the [`EventQueue`]; randomness comes from
 //! per-subsystem sub-seeds of the run seed, so a run is a pure function of scenario + seed.
@@ -19,7 +21,7 @@ use peerblock_core::rng::{child_seed, seeded, Rng};
 use peerblock_core::time::{Duration, Instant};
 
 use crate::faults::{self, Act, Step};
-use crate::listener::Limit;
+use crate::listener::{Admission, Limit};
 use crate::metrics::{GetResult, Metrics, Summary};
 use crate::model::content::Content;
 use crate::model::node::{Health, Node};
@@ -32,6 +34,7 @@ use crate::trace;
 use crate::trace::Trace;
 
 mod get;
+mod http;
 mod read;
 
 /// A progress callback: (downloads finished, downloads total, simulated seconds).
@@ -123,6 +126,9 @@ struct Get {
     /// The load header of the response on its way back: the node's transfers in progress
     /// when it wrote the head. Heard by the reader when the head arrives.
     advertised: Option<u32>,
+    /// The HTTP path's exchange (`network.transport = "http1"`); `None` on the modelled
+    /// (multiplexed) path.
+    http: Option<Box<http::HttpGet>>,
 }
 
 #[derive(Debug)]
@@ -162,19 +168,49 @@ enum Reply {
 
 #[derive(Debug)]
 enum Ev {
-    RoundStart { reader: u32, round: u32 },
-    LookupDone { read: Handle },
-    ReadTimer { read: Handle },
-    DialArrive { get: Handle },
-    DialTimeout { get: Handle },
-    RequestArrive { get: Handle },
-    FirstByte { get: Handle },
-    ResponseTimeout { get: Handle },
-    RequestTimeout { get: Handle },
-    Deliver { get: Handle, reply: Reply },
-    Uplink { node: u32, gen: u64 },
-    Fault { step: u32 },
+    RoundStart {
+        reader: u32,
+        round: u32,
+    },
+    LookupDone {
+        read: Handle,
+    },
+    ReadTimer {
+        read: Handle,
+    },
+    DialArrive {
+        get: Handle,
+    },
+    DialTimeout {
+        get: Handle,
+    },
+    RequestArrive {
+        get: Handle,
+    },
+    FirstByte {
+        get: Handle,
+    },
+    ResponseTimeout {
+        get: Handle,
+    },
+    RequestTimeout {
+        get: Handle,
+    },
+    Deliver {
+        get: Handle,
+        reply: Reply,
+    },
+    Uplink {
+        node: u32,
+        gen: u64,
+    },
+    Fault {
+        step: u32,
+    },
     Sample,
+    /// Boxed: the HTTP path's events carry bytes, and the event heap moves entries on
+    /// every push and pop.
+    Http(Box<http::HttpEv>),
 }
 
 fn tid(h: Handle) -> u64 {
@@ -216,6 +252,8 @@ pub struct World<'s> {
     idle: Duration,
     /// Whether readers multiplex requests over one session per node.
     multiplexed: bool,
+    /// The HTTP path's machines (`Some` for `transport = "http1"`).
+    http: Option<http::Http>,
     metrics: Metrics,
     trace: Trace,
 }
@@ -246,9 +284,16 @@ impl<'s> World<'s> {
             x if x > 0.0 => x * 1e6 / 8.0,
             _ => f64::INFINITY,
         };
+        let multiplexed = s.network.transport == Transport::Multiplexed;
         let nodes = nat
             .iter()
-            .map(|&n| Node::new(n, rate, cap, &s.listener))
+            .map(|&n| {
+                let mut node = Node::new(n, rate, cap, &s.listener);
+                if !multiplexed {
+                    node.admission = Admission::scaled(&s.listener, http::BODY_SCALE);
+                }
+                node
+            })
             .collect();
         let addresses = if s.readers.addresses == 0 {
             s.readers.count
@@ -286,7 +331,8 @@ impl<'s> World<'s> {
             downloads_done: 0,
             sample_every,
             idle: Duration::from_secs(s.listener.session_idle_secs),
-            multiplexed: s.network.transport == Transport::Multiplexed,
+            multiplexed,
+            http: (!multiplexed).then(|| http::Http::new(s, &content)),
             metrics: Metrics::new(nodes_n as usize, blocks as usize, r.rounds as usize),
             trace,
             content,
@@ -421,6 +467,7 @@ impl<'s> World<'s> {
             }
             Ev::Uplink { node, gen } => self.uplink_done(node, gen),
             Ev::Fault { step } => self.fault(step),
+            Ev::Http(ev) => self.http_event(*ev),
             Ev::Sample => {
                 self.sample();
                 let next = self.now + self.sample_every;
@@ -451,7 +498,10 @@ impl<'s> World<'s> {
         trace!(self.trace, now, "fault", "n={n} act={}", act.name());
         let node = &mut self.nodes[n as usize];
         match act {
-            Act::Crash => node.crash(now),
+            Act::Crash => {
+                node.crash(now);
+                self.http_crash(n);
+            }
             Act::Restart => {
                 if node.health == Health::Down {
                     node.epoch = node.epoch.wrapping_add(1);

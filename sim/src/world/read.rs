@@ -257,6 +257,7 @@ impl World<'_> {
                 for node in &mut self.nodes {
                     node.close_sessions(reader, now);
                 }
+                self.http_page_closed(reader);
             }
             trace!(
                 self.trace,
