@@ -1,11 +1,7 @@
 //! One GET through the node model: dial, session admission, request admission, the upload
 //! queue, the response, and the client's classification of how it ended.
 
-use peerblock_core::breaker::Outcome as BreakerOutcome;
-use peerblock_core::client::{
-    BreakerOutcome as ClientBreakerOutcome, Classification, CooldownEntry, Ending,
-};
-use peerblock_core::cooldown::DialOutcome;
+use peerblock_core::client::{Classification, CooldownEntry, Ending};
 use peerblock_core::read::{GetId, GetOutcome};
 use peerblock_core::time::{Duration, Instant};
 
@@ -436,20 +432,15 @@ impl World<'_> {
         let peer = self.content.ids[n as usize];
         let reader = &mut self.readers[r as usize];
         reader.get_ended(n);
-        let breaker = match class.breaker {
-            ClientBreakerOutcome::Answered => BreakerOutcome::Answered,
-            ClientBreakerOutcome::SoftFailure => BreakerOutcome::SoftFailure,
-            ClientBreakerOutcome::HardFailure => BreakerOutcome::HardFailure,
-        };
-        match class.cooldown {
-            Some(CooldownEntry::Refused { retry_after }) => {
-                reader.suppress(now, peer, DialOutcome::Refused { retry_after });
+        // The classification is already in the breaker's and the cooldown table's own
+        // types: it passes through unchanged.
+        if let Some(entry) = class.cooldown {
+            reader.suppress(now, peer, entry);
+            if let CooldownEntry::Refused { .. } = entry {
                 self.metrics.refusals += 1;
             }
-            Some(CooldownEntry::Failed) => reader.suppress(now, peer, DialOutcome::Failed),
-            None => {}
         }
-        if reader.record(now, n, get.permit, breaker) {
+        if reader.record(now, n, get.permit, class.breaker) {
             self.metrics.breaker_opens += 1;
             trace!(self.trace, now, "breaker-open", "r={r} n={n}");
         }
