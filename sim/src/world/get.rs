@@ -13,6 +13,18 @@ use crate::scenario::WhenFull;
 use crate::slab::Handle;
 use crate::trace;
 
+/// What the read machine learns from a GET that ended in `ending` (on either path).
+pub(super) fn read_outcome(ending: Ending) -> GetOutcome {
+    match ending {
+        Ending::Block(bytes) => GetOutcome::Found(bytes),
+        Ending::Miss => GetOutcome::NotFound,
+        Ending::Refused(refusal) => GetOutcome::Refused {
+            retry_after: refusal.retry_after,
+        },
+        _ => GetOutcome::Failed,
+    }
+}
+
 impl World<'_> {
     pub(super) fn start_get(&mut self, h: Handle, id: GetId, node: u32) {
         let now = self.now;
@@ -199,23 +211,8 @@ impl World<'_> {
                 self.limit_hit(limit);
                 match self.s.listener.when_full {
                     WhenFull::Silent => {
-                        trace!(
-                            self.trace,
-                            now,
-                            "silent",
-                            "n={n} r={r} limit={}",
-                            limit.as_str()
-                        );
-                        // The reader retransmits the dial on a doubling schedule until its
-                        // dial timeout; a slot freed meanwhile admits a retransmission.
-                        let first = self.s.network.dial_retransmit_ms;
-                        if first > 0 {
-                            let Some(get) = self.gets.get_mut(g) else {
-                                return;
-                            };
-                            let wait = Duration::from_millis(first << (get.dials - 1).min(20));
-                            get.dials += 1;
-                            self.queue.push(now + wait, Ev::DialArrive { get: g });
+                        if let Some(at) = self.dial_dropped(g, n, r, limit) {
+                            self.queue.push(at, Ev::DialArrive { get: g });
                         }
                     }
                     WhenFull::Refuse => {
@@ -239,6 +236,35 @@ impl World<'_> {
                 }
             }
         }
+    }
+
+    /// Node `n`, full at `limit`, drops the dial of GET `g` without a word. The reader
+    /// retransmits the dial on a doubling schedule until its dial timeout; a slot freed
+    /// meanwhile admits a retransmission. Returns when the next retransmission reaches the
+    /// node (`None` if retransmission is off or the GET is gone).
+    pub(super) fn dial_dropped(
+        &mut self,
+        g: Handle,
+        n: u32,
+        r: u32,
+        limit: Limit,
+    ) -> Option<Instant> {
+        let now = self.now;
+        trace!(
+            self.trace,
+            now,
+            "silent",
+            "n={n} r={r} limit={}",
+            limit.as_str()
+        );
+        let first = self.s.network.dial_retransmit_ms;
+        if first == 0 {
+            return None;
+        }
+        let get = self.gets.get_mut(g)?;
+        let wait = Duration::from_millis(first << (get.dials - 1).min(20));
+        get.dials += 1;
+        Some(now + wait)
     }
 
     pub(super) fn request_arrive(&mut self, g: Handle) {
@@ -401,15 +427,7 @@ impl World<'_> {
         // The core client's classification decides what the breaker and the cooldown
         // table learn from this ending.
         let class = ending.classify();
-        let outcome = match ending {
-            Ending::Block(bytes) => GetOutcome::Found(bytes),
-            Ending::Miss => GetOutcome::NotFound,
-            Ending::Refused(refusal) => GetOutcome::Refused {
-                retry_after: refusal.retry_after,
-            },
-            _ => GetOutcome::Failed,
-        };
-        self.end_get_classified(g, result, class, outcome);
+        self.end_get_classified(g, result, class, read_outcome(ending));
     }
 
     /// Ends a GET whose ending was classified (by `Ending::classify` on the modelled path,

@@ -33,13 +33,13 @@ use peerblock_core::client::{
     BlockRequest, Classification, ClientConfig, ClientEvent, Connection, ConnectionFate, Deadlines,
     Ending, ExchangeError, ExchangeOutcome, ExchangeRequest, Link, RequestTimeout,
 };
-use peerblock_core::read::GetOutcome;
 use peerblock_core::server::{
     Accept, RefusalReason, ServerConfig, ServerConnection, ServerEvent, SourceResult,
 };
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey};
 
+use super::get::read_outcome;
 use super::{Ev, World};
 use crate::listener::Limit;
 use crate::metrics::GetResult;
@@ -382,22 +382,8 @@ impl World<'_> {
         let ow = self.latency.one_way(r, n);
         if let (Some(limit), WhenFull::Silent) = (full_limit, limits.when_full) {
             self.limit_hit(limit);
-            trace!(
-                self.trace,
-                now,
-                "silent",
-                "n={n} r={r} limit={}",
-                limit.as_str()
-            );
-            let first = self.s.network.dial_retransmit_ms;
-            if first > 0 {
-                let Some(get) = self.gets.get_mut(g) else {
-                    return;
-                };
-                let wait = Duration::from_millis(first << (get.dials - 1).min(20));
-                get.dials += 1;
-                self.queue
-                    .push(now + wait, boxed(HttpEv::Syn { get: g, conn }));
+            if let Some(at) = self.dial_dropped(g, n, r, limit) {
+                self.queue.push(at, boxed(HttpEv::Syn { get: g, conn }));
             }
             return;
         }
@@ -903,15 +889,7 @@ impl World<'_> {
             let token_len = self.http().tokens[block as usize].len();
             *body = body.slice(..token_len.min(body.len()));
         }
-        let get_outcome = match &outcome.ending {
-            Ending::Block(bytes) => GetOutcome::Found(bytes.clone()),
-            Ending::Miss => GetOutcome::NotFound,
-            Ending::Refused(refusal) => GetOutcome::Refused {
-                retry_after: refusal.retry_after,
-            },
-            _ => GetOutcome::Failed,
-        };
-        self.end_get_classified(g, result, class, get_outcome);
+        self.end_get_classified(g, result, class, read_outcome(outcome.ending));
     }
 
     /// The reader closes its end of connection `conn` to node `n`.
