@@ -75,7 +75,7 @@ impl World<'_> {
             0 => bytes,
             k => bytes.min(k * 1024),
         };
-        let g = self.gets.insert(Get {
+        let g = self.insert_get(Get {
             read: h,
             id,
             reader: r,
@@ -96,9 +96,6 @@ impl World<'_> {
             advertised: None,
             http: None,
         });
-        if let Some(rs) = self.reads.get_mut(h) {
-            rs.gets.push((id, g));
-        }
         trace!(
             self.trace,
             now,
@@ -136,7 +133,10 @@ impl World<'_> {
         let now = self.now;
         let bytes = self.s.block_bytes(block);
         let epoch = self.nodes[node as usize].epoch;
-        let g = self.gets.insert(Get {
+        // Only the identity, the permit and the dial count matter here: the node-model
+        // fields (phase, conn, epoch, reserved, bytes, ticket, advertised) belong to the
+        // modelled path, and the exchange and server machines keep their own state.
+        let g = self.insert_get(Get {
             read: h,
             id,
             reader: r,
@@ -153,9 +153,6 @@ impl World<'_> {
             advertised: None,
             http: None,
         });
-        if let Some(rs) = self.reads.get_mut(h) {
-            rs.gets.push((id, g));
-        }
         let reused = self.http_start(g, true);
         trace!(
             self.trace,
@@ -165,6 +162,16 @@ impl World<'_> {
             u8::from(hedged),
             u8::from(!reused)
         );
+    }
+
+    /// Files `get` with the GETs in flight and under its read; returns its handle.
+    fn insert_get(&mut self, get: Get) -> Handle {
+        let (read, id) = (get.read, get.id);
+        let g = self.gets.insert(get);
+        if let Some(rs) = self.reads.get_mut(read) {
+            rs.gets.push((id, g));
+        }
+        g
     }
 
     pub(super) fn arm_request_timeouts(&mut self, g: Handle, sent: Instant) {
@@ -443,7 +450,10 @@ impl World<'_> {
         let Some(mut get) = self.gets.remove(g) else {
             return;
         };
-        if get.http.is_none() {
+        // On the HTTP path the server machines keep the node's books (the exchange is
+        // already taken off the GET when it ends here); only the modelled path has node
+        // state to release.
+        if self.http.is_none() {
             self.release_at_node(g, &mut get);
         }
         let (r, n) = (get.reader, get.node);
