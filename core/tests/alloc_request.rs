@@ -1,42 +1,13 @@
 //! Proves the per-request hot path allocates nothing once warmed up: a counting global
 //! allocator counts this thread's heap allocations while requests are decoded.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+mod alloc_support;
 
+use alloc_support::allocations;
 use peerblock_core::http::{
     BodyLimit, OutgoingResponse, RequestDecoder, ResponseDecoder, ResponseEvent, ResponseKind,
     Route,
 };
-
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; the counter is a
-// const-initialised thread-local Cell, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
 
 /// The typical request of the benchmark: ~200 bytes, 5 header fields.
 pub const TYPICAL_REQUEST: &[u8] = b"GET /peer/v1/block/9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08/1234 HTTP/1.1\r\n\

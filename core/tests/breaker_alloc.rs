@@ -1,42 +1,12 @@
 //! Steady-state admit + record on a breaker tracking 4,096 peers performs no heap
-//! allocation (a counting global allocator, counting only on the measuring thread).
+//! allocation (the shared counting global allocator, which counts only the measuring thread).
 
+mod alloc_support;
+
+use alloc_support::allocations;
 use peerblock_core::breaker::{Breaker, BreakerConfig, Outcome};
 use peerblock_core::time::{Duration, Instant};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCS.with(|a| a.set(a.get() + 1));
-        }
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCS.with(|a| a.set(a.get() + 1));
-        }
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 fn addr(i: u32) -> SocketAddr {
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(0x0a00_0000 | i), 7070))
@@ -60,10 +30,10 @@ fn steady_state_admit_and_record_do_not_allocate() {
     assert_eq!(b.len(), 4096);
 
     // The counter itself works: one allocation is seen.
-    COUNTING.with(|c| c.set(true));
+    let before = allocations();
     drop(std::hint::black_box(Vec::<u8>::with_capacity(1)));
-    assert_eq!(ALLOCS.with(Cell::get), 1, "counting allocator is live");
-    ALLOCS.with(|a| a.set(0));
+    assert_eq!(allocations() - before, 1, "counting allocator is live");
+    let before = allocations();
     for round in 0..50u32 {
         now += Duration::from_millis(250);
         for (i, p) in peers.iter().enumerate() {
@@ -78,8 +48,8 @@ fn steady_state_admit_and_record_do_not_allocate() {
             let _ = b.healthy(now, p);
         }
     }
-    COUNTING.with(|c| c.set(false));
+    let allocated = allocations() - before;
     assert_eq!(b.len(), 4096);
     assert!(b.open_count() > 0, "the workload exercises open circuits");
-    assert_eq!(ALLOCS.with(Cell::get), 0, "steady state allocated");
+    assert_eq!(allocated, 0, "steady state allocated");
 }

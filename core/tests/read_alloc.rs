@@ -2,35 +2,15 @@
 //! driver's own buffers exist — the candidate list of a close group fits inline — and a
 //! lookup far larger than a close group allocates only for the candidate list.
 //!
-//! A counting global allocator; this file holds a single test so no other test thread
-//! allocates concurrently.
+//! Counted by the shared counting global allocator (this thread's allocations only).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod alloc_support;
 
+use alloc_support::allocations;
 use bytes::Bytes;
 use peerblock_core::placement::{Key, PeerId};
 use peerblock_core::read::{Action, GetOutcome, Read, ReadConfig, ReadOutcome, StaticView};
 use peerblock_core::time::Instant;
-
-struct Counting;
-
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::SeqCst);
-        // SAFETY: forwarding the caller's layout to the system allocator unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 fn one_read(peers: &[PeerId], view: &StaticView) -> ReadOutcome {
     let now = Instant::from_secs(1);
@@ -56,19 +36,11 @@ fn common_read_allocates_only_for_a_large_candidate_list() {
     let many: Vec<PeerId> = (1..=30u64).map(PeerId::from_u64).collect();
     let _ = one_read(&group, &view); // warm up any lazy statics
 
-    let before = ALLOCS.load(Ordering::SeqCst);
+    let before = allocations();
     assert!(matches!(one_read(&group, &view), ReadOutcome::Found(_)));
-    assert_eq!(
-        ALLOCS.load(Ordering::SeqCst) - before,
-        0,
-        "common read allocated"
-    );
+    assert_eq!(allocations() - before, 0, "common read allocated");
 
-    let before = ALLOCS.load(Ordering::SeqCst);
+    let before = allocations();
     assert!(matches!(one_read(&many, &view), ReadOutcome::Found(_)));
-    assert_eq!(
-        ALLOCS.load(Ordering::SeqCst) - before,
-        1,
-        "only the candidate list spills"
-    );
+    assert_eq!(allocations() - before, 1, "only the candidate list spills");
 }
