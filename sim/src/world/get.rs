@@ -1,5 +1,7 @@
-//! One GET through the node model: dial, session admission, request admission, the upload
-//! queue, the response, and the client's classification of how it ended.
+//! One GET: its start and end on both paths, and in between, on the multiplexed reference
+//! arms, the node model (dial, session admission, request admission, the upload queue, the
+//! response, and the client's classification of how it ended). The HTTP/1.1 arms' middle
+//! is in `http`.
 
 use peerblock_core::client::{Classification, CooldownEntry, Ending};
 use peerblock_core::read::{GetId, GetOutcome};

@@ -64,7 +64,9 @@ pub(super) type ConnId = u64;
 #[derive(Debug)]
 pub(super) struct HttpGet {
     exchange: Exchange,
-    /// The connection the exchange runs on (`None` before its dial).
+    /// The connection the exchange runs on: assigned (pooled, or a fresh id for the dial)
+    /// when the exchange starts; `None` once it ended and the connection went back to the
+    /// pool or was closed.
     conn: Option<ConnId>,
     /// Whether the connection came from the pool.
     pooled: bool,
@@ -907,8 +909,8 @@ impl World<'_> {
         );
     }
 
-    /// GET `g` is being cancelled (a hedging loser): the exchange is cancelled and its
-    /// connection closed. Nothing is recorded; the caller releases the permit.
+    /// A GET on the HTTP path is being cancelled (a hedging loser): its exchange `h` is
+    /// cancelled and its connection to node `n` closed. Nothing is recorded; the caller releases the permit.
     pub(super) fn http_cancel(&mut self, h: &mut HttpGet, r: u32, n: u32) {
         h.exchange.cancel(self.now);
         let _ = h.exchange.poll_event();

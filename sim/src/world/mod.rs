@@ -6,9 +6,10 @@
 //! shared by all its reads and answers the read machine's `PeerView` questions from them.
 //! The simulator plays the driver: it answers `Lookup` from the placement it knows and
 //! carries each `Get` to a node. On peerblock's HTTP/1.1 arms that is a real client
-//! `Exchange` talking real bytes to a real `ServerConnection` at the node (module `http`); on the
-//! reference's multiplexed arms it is the node model (dial → session admission → request
-//! admission → upload queue → response), whose ending is classified the way a client would.
+//! `Exchange` talking real bytes to a real `ServerConnection` at the node (module `http`);
+//! on the reference's multiplexed arms it is the node model (dial → session admission →
+//! request admission → upload queue → response), whose ending is classified the way a
+//! client would.
 //!
 //! Everything is single-threaded and ordered by the [`EventQueue`]; randomness comes from
 //! per-subsystem sub-seeds of the run seed, so a run is a pure function of scenario + seed.
