@@ -3,9 +3,10 @@
 //!
 //! Sessions are keyed by (reader, connection). A multiplexed transport (the reference's
 //! WebRTC sessions with channels) has one connection per reader, connection 0, carrying
-//! several requests at once. HTTP/1.1 (peerblock) carries one request at a time per
-//! connection, so a reader with a second request for the same node opens a second
-//! connection, subject to the per-source session quota.
+//! several requests at once. The one-request-per-connection mode (`multiplexed = false`)
+//! models HTTP/1.1, but the simulation's HTTP/1.1 arms no longer come here: their
+//! connections are real `ServerConnection`s admitted through the node's `admission`
+//! (`world::http`), so only the multiplexed reference arms use these sessions.
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;

@@ -60,7 +60,9 @@ impl World<'_> {
             self.start_http_get(h, id, r, node, block, hedged, permit);
             return;
         }
-        let multiplexed = self.multiplexed;
+        // The modelled path serves only the multiplexed reference arms (HTTP/1.1 returned
+        // above): one session per reader and node, carrying every request.
+        let multiplexed = true;
         let node_ref = &mut self.nodes[node as usize];
         let existing = node_ref.usable_connection(r, now, self.idle, multiplexed);
         let session = existing.is_some();

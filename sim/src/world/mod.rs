@@ -251,8 +251,6 @@ pub struct World<'s> {
     downloads_done: u64,
     sample_every: Duration,
     idle: Duration,
-    /// Whether readers multiplex requests over one session per node.
-    multiplexed: bool,
     /// The HTTP path's machines (`Some` for `transport = "http1"`).
     http: Option<http::Http>,
     metrics: Metrics,
@@ -332,7 +330,6 @@ impl<'s> World<'s> {
             downloads_done: 0,
             sample_every,
             idle: Duration::from_secs(s.listener.session_idle_secs),
-            multiplexed,
             http: (!multiplexed).then(|| http::Http::new(s, &content)),
             metrics: Metrics::new(nodes_n as usize, blocks as usize, r.rounds as usize),
             trace,
