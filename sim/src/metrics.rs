@@ -129,6 +129,11 @@ impl Metrics {
         }
     }
 
+    /// Counts a refusal or silence at a node's listener limit.
+    pub fn limit_hit(&mut self, limit: crate::listener::Limit) {
+        *self.limit_hits.entry(limit.as_str()).or_insert(0) += 1;
+    }
+
     /// Counts a GET ending.
     pub fn get_result(&mut self, r: GetResult) {
         self.get_results[r as usize] += 1;

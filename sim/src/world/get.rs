@@ -190,10 +190,6 @@ impl World<'_> {
         );
     }
 
-    pub(super) fn limit_hit(&mut self, limit: Limit) {
-        *self.metrics.limit_hits.entry(limit.as_str()).or_insert(0) += 1;
-    }
-
     pub(super) fn dial_arrive(&mut self, g: Handle) {
         let now = self.now;
         let Some(get) = self.gets.get(g) else {
@@ -219,7 +215,7 @@ impl World<'_> {
                 self.arm_request_timeouts(g, now + ow);
             }
             Err(limit) => {
-                self.limit_hit(limit);
+                self.metrics.limit_hit(limit);
                 match self.s.listener.when_full {
                     WhenFull::Silent => {
                         if let Some(at) = self.dial_dropped(g, n, r, limit) {
@@ -325,7 +321,7 @@ impl World<'_> {
                 self.queue.push(now + ow, Ev::FirstByte { get: g });
             }
             Err(limit) => {
-                self.limit_hit(limit);
+                self.metrics.limit_hit(limit);
                 let reply = match self.s.listener.when_full {
                     WhenFull::Silent => Reply::Closed,
                     WhenFull::Refuse => Reply::Refused(limit),

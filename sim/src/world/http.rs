@@ -383,7 +383,7 @@ impl World<'_> {
         };
         let ow = self.latency.one_way(r, n);
         if let (Some(limit), WhenFull::Silent) = (full_limit, limits.when_full) {
-            self.limit_hit(limit);
+            self.metrics.limit_hit(limit);
             if let Some(at) = self.dial_dropped(g, n, r, limit) {
                 self.queue.push(at, boxed(HttpEv::Syn { get: g, conn }));
             }
@@ -421,7 +421,7 @@ impl World<'_> {
             }
             Accept::Refused { refusal, response } => {
                 let limit = Limit::from_reason(refusal.reason);
-                self.limit_hit(limit);
+                self.metrics.limit_hit(limit);
                 trace!(
                     self.trace,
                     now,
@@ -581,7 +581,7 @@ impl World<'_> {
             if status == 503 {
                 if let Some(reason) = refused_reason(&tx.head) {
                     let limit = Limit::from_reason(reason);
-                    *self.metrics.limit_hits.entry(limit.as_str()).or_insert(0) += 1;
+                    self.metrics.limit_hit(limit);
                     trace!(
                         self.trace,
                         now,
