@@ -1,12 +1,10 @@
 //! A modelled storage node: its health, its listener (sessions and limits) and its
 //! upload link.
 //!
-//! Sessions are keyed by (reader, connection). A multiplexed transport (the reference's
-//! WebRTC sessions with channels) has one connection per reader, connection 0, carrying
-//! several requests at once. The one-request-per-connection mode (`multiplexed = false`)
-//! models HTTP/1.1, but the simulation's HTTP/1.1 arms no longer come here: their
-//! connections are real `ServerConnection`s admitted through the node's `admission`
-//! (`world::http`), so only the multiplexed reference arms use these sessions.
+//! Sessions model the reference's multiplexed transport (WebRTC sessions with channels):
+//! one session per reader, carrying several requests at once. The simulation's HTTP/1.1
+//! arms do not come here: their connections are real `ServerConnection`s admitted through
+//! the node's `admission` (`world::http`).
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
@@ -92,8 +90,6 @@ pub struct Node {
     /// No idle session can expire before this: sweeps before it are skipped (a lower
     /// bound, so a sweep may find nothing, never miss anything).
     next_expiry: Instant,
-    /// Next connection number handed out (HTTP/1.1 connections are never reused by id).
-    next_conn: u32,
 }
 
 impl Node {
@@ -112,7 +108,6 @@ impl Node {
             bytes_served: 0,
             keys: KeyCounter::new(KeyCounterConfig::default()).expect("default is valid"),
             next_expiry: Instant::MAX,
-            next_conn: 1,
         }
     }
 
@@ -121,29 +116,12 @@ impl Node {
         !self.nat && !self.partitioned && self.health != Health::Down
     }
 
-    /// A live connection of `reader` a new GET can use now: with `multiplexed`, its one
-    /// session whatever it carries; otherwise one with nothing assigned (HTTP/1.1).
-    pub fn usable_connection(
-        &self,
-        reader: u32,
-        now: Instant,
-        idle: Duration,
-        multiplexed: bool,
-    ) -> Option<u32> {
+    /// The live session of `reader` a new GET can use now, whatever it carries.
+    pub fn usable_connection(&self, reader: u32, now: Instant, idle: Duration) -> Option<u32> {
         self.sessions
             .range(reader_range(reader))
-            .find(|(_, s)| s.live(now, idle) && (multiplexed || !s.busy()))
+            .find(|(_, s)| s.live(now, idle))
             .map(|(&k, _)| k as u32)
-    }
-
-    /// The connection number a new dial from `reader` will use.
-    pub fn new_connection(&mut self, multiplexed: bool) -> u32 {
-        if multiplexed {
-            return 0;
-        }
-        let c = self.next_conn;
-        self.next_conn = self.next_conn.wrapping_add(1).max(1);
-        c
     }
 
     /// Assigns a GET to a connection.
@@ -317,10 +295,7 @@ mod tests {
             n.open_session(2, 0, 2, Instant::from_secs(30), idle),
             Ok(())
         );
-        assert_eq!(
-            n.usable_connection(1, Instant::from_secs(31), idle, true),
-            None
-        );
+        assert_eq!(n.usable_connection(1, Instant::from_secs(31), idle), None);
     }
 
     #[test]
@@ -334,24 +309,8 @@ mod tests {
             Err(Limit::Sessions)
         );
         assert_eq!(
-            n.usable_connection(1, Instant::from_secs(100), idle, true),
+            n.usable_connection(1, Instant::from_secs(100), idle),
             Some(0)
         );
-    }
-
-    #[test]
-    fn http1_uses_one_connection_per_request_in_flight() {
-        let mut n = Node::new(false, 1e6, f64::INFINITY, &Listener::default());
-        let (idle, t) = (Duration::from_secs(30), Instant::ZERO);
-        let c1 = n.new_connection(false);
-        n.open_session(7, c1, 7, t, idle).unwrap();
-        n.claim(7, c1);
-        // The only connection is taken: a second GET must dial another one.
-        assert_eq!(n.usable_connection(7, t, idle, false), None);
-        // A multiplexed transport would have shared it.
-        assert_eq!(n.usable_connection(7, t, idle, true), Some(c1));
-        n.unclaim(7, c1, t, idle);
-        assert_eq!(n.usable_connection(7, t, idle, false), Some(c1));
-        assert_ne!(n.new_connection(false), c1);
     }
 }

@@ -61,17 +61,16 @@ impl World<'_> {
             return;
         }
         // The modelled path serves only the multiplexed reference arms (HTTP/1.1 returned
-        // above): one session per reader and node, carrying every request.
-        let multiplexed = true;
+        // above): one session per reader and node, connection 0, carrying every request.
         let node_ref = &mut self.nodes[node as usize];
-        let existing = node_ref.usable_connection(r, now, self.idle, multiplexed);
+        let existing = node_ref.usable_connection(r, now, self.idle);
         let session = existing.is_some();
         let conn = match existing {
             Some(c) => {
                 node_ref.claim(r, c);
                 c
             }
-            None => node_ref.new_connection(multiplexed),
+            None => 0,
         };
         let epoch = node_ref.epoch;
         let bytes = self.s.block_bytes(block);
