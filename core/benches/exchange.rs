@@ -12,9 +12,9 @@ use peerblock_core::client::{
     BlockRequest, ClientConfig, ClientEvent, Connection, Ending, Exchange, ExchangeRequest, Link,
 };
 use peerblock_core::pair::Pair;
+use peerblock_core::refusal::{self, Refusal, RefusalReason};
 use peerblock_core::server::{
-    encode_refusal, Accept, Admission, AdmissionConfig, Refusal, RefusalReason, ServerConfig,
-    ServerConnection, ServerEvent, SourceResult,
+    Accept, Admission, AdmissionConfig, ServerConfig, ServerConnection, ServerEvent, SourceResult,
 };
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey};
@@ -75,7 +75,12 @@ fn refusal(c: &mut Criterion) {
     c.bench_function("refusal_encode", |b| {
         b.iter(|| {
             out.clear();
-            encode_refusal(black_box(&refusal), Some("node-0123456789abcdef"), &mut out);
+            refusal::encode(
+                black_box(&refusal),
+                Some("node-0123456789abcdef"),
+                None,
+                &mut out,
+            );
             black_box(out.len())
         })
     });

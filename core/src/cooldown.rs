@@ -22,21 +22,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::refusal::{DEFAULT_MAX_RETRY_AFTER, DEFAULT_REFUSED_COOLDOWN};
 use crate::time::{Duration, Instant};
-
-/// How long a node that refused is skipped when it gives no `Retry-After`: the reference
-/// browser client's refusal cooldown; long enough for a slot to free, short enough that a
-/// busy holder is back within one read's patience.
-pub const DEFAULT_REFUSED_COOLDOWN: Duration = Duration::from_secs(15);
 
 /// How long an endpoint whose dial failed is skipped: the reference dial-failure cooldown.
 /// A failed dial cost a full timeout; trying again soon would cost another.
 pub const DEFAULT_FAILED_COOLDOWN: Duration = Duration::from_secs(30 * 60);
-
-/// The longest `Retry-After` a refusing node may impose by default. A peer's header is its
-/// input, not ours: without a bound one buggy or hostile node could hide itself (or be made
-/// to look hidden) for hours while claiming only to be busy.
-pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// Default table capacity: matches the breaker's peer map (4096), comfortably above the
 /// number of distinct endpoints a client touches in 30 minutes, small enough (a few

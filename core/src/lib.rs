@@ -13,6 +13,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// The `bytes` crate, whose [`Bytes`](bytes::Bytes) appears in core's public types.
+pub use bytes;
+
 pub mod breaker;
 pub mod client;
 pub mod cooldown;
@@ -21,8 +24,10 @@ pub mod load;
 pub mod pair;
 pub mod placement;
 pub mod read;
+pub mod refusal;
 pub mod rng;
 pub mod roster;
 pub mod server;
 pub mod time;
+pub mod transmit;
 pub mod wire;

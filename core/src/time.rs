@@ -123,6 +123,63 @@ impl fmt::Display for Instant {
     }
 }
 
+/// The earliest deadline a machine wants to be woken at, and why.
+///
+/// Every machine's `poll_timeout` returns one of these (`K` is the machine's own timer-kind
+/// enum), so a driver can log or count which timer fired. Drivers that only need the
+/// instant use [`Deadline::at`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadline<K> {
+    /// When to call the machine's `handle_timeout`.
+    pub at: Instant,
+    /// Which timer this is.
+    pub timer: K,
+}
+
+impl<K> Deadline<K> {
+    /// How long a driver at `now` should sleep before this deadline (zero if it is due).
+    pub fn wait_from(&self, now: Instant) -> Duration {
+        self.at.saturating_duration_since(now)
+    }
+}
+
+/// Maps a driver's monotonic clock onto core's [`Instant`] and back.
+///
+/// Core never reads a clock; a socket driver reads its own monotonic clock (`std::time::Instant`)
+/// and converts each reading here, so every driver maps time the same way. The epoch is the std instant
+/// given to [`Clock::new`] (typically when the driver started): core's `Instant::ZERO`.
+/// Every machine of one node must share one `Clock` (one epoch), or their instants cannot
+/// be compared.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    epoch: std::time::Instant,
+}
+
+impl Clock {
+    /// A clock whose epoch (core's `Instant::ZERO`) is `epoch`.
+    pub fn new(epoch: std::time::Instant) -> Self {
+        Clock { epoch }
+    }
+
+    /// The epoch this clock maps to `Instant::ZERO`.
+    pub fn epoch(&self) -> std::time::Instant {
+        self.epoch
+    }
+
+    /// Core's instant for the std instant `t` (saturating: a `t` before the epoch maps to
+    /// `Instant::ZERO`, one past 584 years to `Instant::MAX`).
+    pub fn to_core(&self, t: std::time::Instant) -> Instant {
+        let since = t.saturating_duration_since(self.epoch);
+        Instant::ZERO.saturating_add(since)
+    }
+
+    /// The std instant for core's `t` (`None` if the platform cannot represent it, as
+    /// for `Instant::MAX`, which means "never").
+    pub fn to_std(&self, t: Instant) -> Option<std::time::Instant> {
+        self.epoch.checked_add(t.since_epoch())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +205,15 @@ mod tests {
             Duration::from_millis(3_500)
         );
         assert_eq!(Instant::from_millis(1_500).to_string(), "1.500000000s");
+    }
+
+    #[test]
+    fn deadline_wait_is_zero_once_due() {
+        let d = Deadline {
+            at: Instant::from_secs(3),
+            timer: (),
+        };
+        assert_eq!(d.wait_from(Instant::from_secs(1)), Duration::from_secs(2));
+        assert_eq!(d.wait_from(Instant::from_secs(4)), Duration::ZERO);
     }
 }

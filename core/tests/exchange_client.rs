@@ -8,9 +8,8 @@ use peerblock_core::client::{
     RequestTimeout,
 };
 use peerblock_core::pair::{Dial, Pair};
-use peerblock_core::server::{
-    AdmissionConfig, RefusalReason, RelayConfig, ServerConfig, SourceResult,
-};
+use peerblock_core::refusal::RefusalReason;
+use peerblock_core::server::{AdmissionConfig, RelayConfig, ServerConfig, SourceResult};
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey};
 

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use peerblock_core::refusal::{self, Refusal, RefusalReason};
 use peerblock_core::server::{
-    encode_refusal, Accept, Admission, AdmissionConfig, RateLimit, Refusal, RefusalReason,
-    RelayConfig, RequestId, ServerConfig, ServerConnection, ServerEvent, SourceRequest,
-    SourceResult, Transmit, DEFAULT_IDLE_TIMEOUT,
+    Accept, Admission, AdmissionConfig, RateLimit, RelayConfig, RequestId, ServerConfig,
+    ServerConnection, ServerEvent, SourceRequest, SourceResult, Transmit, DEFAULT_IDLE_TIMEOUT,
 };
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey, Hop};
@@ -540,12 +540,13 @@ fn byte_budgets_refuse_a_block_that_would_exceed_them() {
 #[test]
 fn refusal_encoding_is_explicit_and_small() {
     let mut out = bytes::BytesMut::new();
-    encode_refusal(
+    refusal::encode(
         &Refusal {
             reason: RefusalReason::Requests,
             retry_after: Duration::from_secs(15),
         },
         Some("n"),
+        None,
         &mut out,
     );
     let text = String::from_utf8(out.to_vec()).unwrap();

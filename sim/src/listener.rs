@@ -12,9 +12,9 @@
 //! The model only admits or names the limit that is full; what a full listener *does*
 //! (stay silent or refuse) is decided by the node from [`crate::scenario::WhenFull`].
 
+use peerblock_core::refusal::RefusalReason;
 use peerblock_core::server::{
-    Admission as CoreAdmission, AdmissionConfig, AdmissionConfigError, RefusalReason,
-    RequestTicket, SessionTicket,
+    Admission as CoreAdmission, AdmissionConfig, AdmissionConfigError, RequestTicket, SessionTicket,
 };
 use peerblock_core::time::{Duration, Instant};
 

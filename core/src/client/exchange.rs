@@ -4,16 +4,16 @@ use bytes::{Bytes, BytesMut};
 
 use super::deadlines::{RequestTimeout, Timer, TimerTable};
 use super::outcome::{
-    BreakerPath, ConnectionFate, Ending, ExchangeError, ExchangeOutcome, PeerRefusal,
-    ProtocolError, RosterAnswer,
+    BreakerPath, ConnectionFate, Ending, ExchangeError, ExchangeOutcome, ProtocolError,
+    RosterAnswer,
 };
 use super::ClientConfig;
 use crate::http::{
     BodyLimit, EncodeError, OutgoingRequest, RequestTarget, ResponseDecoder, ResponseError,
     ResponseEvent, ResponseHead,
 };
+use crate::refusal::PeerRefusal;
 use crate::roster::{Roster, MAX_ROSTER_BYTES};
-use crate::server::RefusalReason;
 use crate::time::Instant;
 use crate::wire::{BlockPath, Hop};
 
@@ -574,12 +574,12 @@ impl Exchange {
     fn classify_status(&self, head: &ResponseHead) -> Ending {
         match head.status() {
             404 => Ending::Miss,
-            503 if head.is_refusal() => Ending::Refused(PeerRefusal {
-                reason: head.refused().and_then(RefusalReason::from_token),
-                retry_after: head
-                    .retry_after()
-                    .map(|d| d.min(self.config.max_refusal_cooldown)),
-            }),
+            503 if head.is_refusal() => {
+                match PeerRefusal::from_head(head, self.config.max_refusal_cooldown) {
+                    Some(refusal) => Ending::Refused(refusal),
+                    None => Ending::Failed(ExchangeError::Status(503)),
+                }
+            }
             502 => match head.upstream_status() {
                 Some(status) => Ending::UpstreamRefused { status },
                 None => Ending::Failed(ExchangeError::Status(502)),

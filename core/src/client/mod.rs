@@ -14,17 +14,10 @@ pub use exchange::{
 };
 pub use outcome::{
     BreakerOutcome, BreakerPath, Classification, ConnectionFate, CooldownEntry, Ending,
-    ExchangeError, ExchangeOutcome, LengthError, PeerRefusal, ProtocolError, RosterAnswer,
+    ExchangeError, ExchangeOutcome, LengthError, ProtocolError, RosterAnswer,
 };
 
 use crate::time::Duration;
-
-/// Default [`ClientConfig::max_refusal_cooldown`]: 15 s.
-///
-/// A refusing peer is skipped for what it advertises, but never longer than this: the read
-/// machine waits out a refusal at most three times, and the reference bounds that wait at
-/// 45 s in total (3 × 15 s). A peer cannot banish itself from clients for longer.
-pub const DEFAULT_MAX_REFUSAL_COOLDOWN: Duration = Duration::from_secs(15);
 
 /// Default [`ClientConfig::max_body`]: 64 MiB.
 ///
@@ -39,7 +32,7 @@ pub struct ClientConfig {
     /// The three deadlines.
     pub deadlines: Deadlines,
     /// Upper bound on the suppression a refusal's `Retry-After` can ask for.
-    /// Default [`DEFAULT_MAX_REFUSAL_COOLDOWN`].
+    /// Default [`crate::refusal::DEFAULT_MAX_RETRY_AFTER`], the one refusal cap.
     pub max_refusal_cooldown: Duration,
     /// Largest body read when the caller gave no expected length. Default
     /// [`DEFAULT_MAX_BODY`].
@@ -50,7 +43,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             deadlines: Deadlines::default(),
-            max_refusal_cooldown: DEFAULT_MAX_REFUSAL_COOLDOWN,
+            max_refusal_cooldown: crate::refusal::DEFAULT_MAX_RETRY_AFTER,
             max_body: DEFAULT_MAX_BODY,
         }
     }

@@ -35,8 +35,8 @@ use bytes::Bytes;
 
 pub use crate::http::LengthError;
 
+use crate::refusal::PeerRefusal;
 use crate::roster::{Roster, RosterError};
-use crate::server::RefusalReason;
 use crate::time::Duration;
 
 /// What the breaker should record for an exchange: the breaker's own
@@ -60,15 +60,6 @@ pub enum BreakerPath {
 /// `retry_after` is already bounded by [`super::ClientConfig::max_refusal_cooldown`];
 /// `None` when the peer sent none (the table's default refused cooldown applies).
 pub use crate::cooldown::DialOutcome as CooldownEntry;
-
-/// A refusal as the client understood it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PeerRefusal {
-    /// The reason token, if the peer sent one this version knows.
-    pub reason: Option<RefusalReason>,
-    /// The advertised wait, bounded by configuration.
-    pub retry_after: Option<Duration>,
-}
 
 /// A response that is not the wire form. The peer's fault.
 #[derive(Debug, thiserror::Error)]
@@ -271,7 +262,7 @@ mod tests {
     #[test]
     fn refusal_is_answered_with_a_refused_cooldown() {
         let r = PeerRefusal {
-            reason: Some(RefusalReason::Sessions),
+            reason: Some(crate::refusal::RefusalReason::Sessions),
             retry_after: Some(Duration::from_secs(3)),
         };
         assert_eq!(

@@ -13,8 +13,8 @@ use super::lookup::LookupPeer;
 use super::outcome::{Action, GetId, GetOutcome, OriginOutcome, ReadOutcome};
 use super::timers::{Timer, Timers};
 use super::view::PeerView;
-use crate::cooldown::{DEFAULT_MAX_RETRY_AFTER, DEFAULT_REFUSED_COOLDOWN};
 use crate::placement::Distance;
+use crate::refusal::{DEFAULT_MAX_RETRY_AFTER, DEFAULT_REFUSED_COOLDOWN};
 
 /// Most peers one round remembers as skipped for a refusal (beyond refused candidates).
 /// Bounded like the candidate list: a view listing thousands of refusals costs the read no

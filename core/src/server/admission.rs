@@ -22,7 +22,7 @@
 //!
 //! Defaults and invariants are documented in `docs/limits.md`.
 
-use core::fmt;
+use crate::refusal::{Refusal, RefusalReason};
 use core::net::IpAddr;
 use std::collections::BTreeMap;
 
@@ -271,76 +271,6 @@ impl AdmissionConfig {
         }
         Ok(())
     }
-}
-
-/// Which limit caused a refusal. Sent on the wire in the refusal header (see
-/// [`RefusalReason::as_token`]) so an operator reading client logs knows what to raise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RefusalReason {
-    /// [`AdmissionConfig::max_sessions`] reached.
-    Sessions,
-    /// [`AdmissionConfig::max_sessions_per_source`] reached for this source.
-    SourceSessions,
-    /// [`AdmissionConfig::max_requests`] reached.
-    Requests,
-    /// The source's rate bucket is empty.
-    Rate,
-    /// [`AdmissionConfig::max_inflight_bytes`] would be exceeded.
-    InflightBytes,
-    /// [`AdmissionConfig::max_inflight_bytes_per_source`] would be exceeded.
-    SourceInflightBytes,
-}
-
-impl RefusalReason {
-    /// Every reason, in wire-token order (for parsers and tests).
-    pub const ALL: [RefusalReason; 6] = [
-        RefusalReason::Sessions,
-        RefusalReason::SourceSessions,
-        RefusalReason::Requests,
-        RefusalReason::Rate,
-        RefusalReason::InflightBytes,
-        RefusalReason::SourceInflightBytes,
-    ];
-
-    /// The token sent in the refusal header.
-    pub const fn as_token(self) -> &'static str {
-        match self {
-            RefusalReason::Sessions => "sessions",
-            RefusalReason::SourceSessions => "source-sessions",
-            RefusalReason::Requests => "requests",
-            RefusalReason::Rate => "rate",
-            RefusalReason::InflightBytes => "inflight-bytes",
-            RefusalReason::SourceInflightBytes => "source-inflight-bytes",
-        }
-    }
-
-    /// Parses a refusal header token (ASCII case-insensitive, surrounding whitespace
-    /// ignored). `None` for a token this version does not know: the refusal still counts,
-    /// only its reason is unknown.
-    pub fn from_token(token: &[u8]) -> Option<RefusalReason> {
-        let token = token.trim_ascii();
-        RefusalReason::ALL
-            .into_iter()
-            .find(|r| r.as_token().as_bytes().eq_ignore_ascii_case(token))
-    }
-}
-
-impl fmt::Display for RefusalReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_token())
-    }
-}
-
-/// "Not now": the limit that was hit and how long the client should stay away.
-///
-/// `Copy` and allocation-free: producing one costs nothing, which keeps refusing cheap
-/// under the very overload that causes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    /// Which limit was hit.
-    pub reason: RefusalReason,
-    /// How long to stay away (advertised as `Retry-After`, rounded up to whole seconds).
-    pub retry_after: Duration,
 }
 
 /// A connection's hold on a session slot. Not `Clone`: release it exactly once with

@@ -7,9 +7,10 @@ use bytes::{Bytes, BytesMut};
 use core::fmt;
 use core::net::IpAddr;
 
-use super::admission::{Admission, Refusal, RequestTicket, SessionTicket};
+use super::admission::{Admission, RequestTicket, SessionTicket};
 use super::relay::{self, OriginIdentity, RelayConfig, TrustOrigin};
 use crate::http::{OutgoingResponse, Request, RequestDecoder, ResponseKind, Route};
+use crate::refusal::{self, Refusal};
 use crate::roster::{check_identity, Roster, MAX_ADDR_LEN, MAX_ID_LEN};
 use crate::time::{Duration, Instant};
 use crate::wire::{BlockPath, Hop, Status};
@@ -215,34 +216,6 @@ pub enum Accept<S = IpAddr> {
     },
 }
 
-/// Encodes the complete refusal response (503, refusal header with the reason,
-/// `Retry-After` rounded up to whole seconds, `Connection: close`, short text body) into
-/// `out`.
-pub fn encode_refusal(refusal: &Refusal, node: Option<&str>, out: &mut BytesMut) {
-    encode_refusal_with_load(refusal, node, None, out);
-}
-
-/// [`encode_refusal`] with the node's advertised load (`X-Peerblock-Load`): a refusal is
-/// the moment a node is most worth steering around, so the server always sends it.
-pub fn encode_refusal_with_load(
-    refusal: &Refusal,
-    node: Option<&str>,
-    load: Option<u32>,
-    out: &mut BytesMut,
-) {
-    let secs = refusal.retry_after.as_secs() + u64::from(refusal.retry_after.subsec_nanos() > 0);
-    let mut response = OutgoingResponse::new(
-        ResponseKind::Refused {
-            reason: refusal.reason.as_token(),
-            retry_after_secs: secs.max(1),
-        },
-        node,
-    );
-    response.load = load;
-    encode_into(&response, out);
-    out.extend_from_slice(response.kind.error_body());
-}
-
 /// The node's load as its responses advertise it (`X-Peerblock-Load`): requests in
 /// progress now, saturating at `u32::MAX`.
 fn advertised_load<S: Ord + Clone>(admission: &Admission<S>) -> Option<u32> {
@@ -356,7 +329,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             Err(refusal) => {
                 let mut out = BytesMut::with_capacity(256);
                 let load = advertised_load(admission);
-                encode_refusal_with_load(&refusal, Some(&config.node_id), load, &mut out);
+                refusal::encode(&refusal, Some(&config.node_id), load, &mut out);
                 Accept::Refused {
                     refusal,
                     response: out.freeze(),
@@ -528,7 +501,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
     fn push_refusal(&mut self, refusal: &Refusal, load: Option<u32>) {
         let id = self.new_id();
         let mut out = BytesMut::with_capacity(256);
-        encode_refusal_with_load(refusal, Some(&self.config.node_id), load, &mut out);
+        refusal::encode(refusal, Some(&self.config.node_id), load, &mut out);
         self.closing = true;
         self.idle_since = None;
         self.queue.push_back(Slot {
@@ -605,7 +578,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
                 if let Err(refusal) = admission.reserve_bytes(ticket, len) {
                     let mut out = BytesMut::with_capacity(256);
                     let load = advertised_load(admission);
-                    encode_refusal_with_load(&refusal, Some(&config.node_id), load, &mut out);
+                    refusal::encode(&refusal, Some(&config.node_id), load, &mut out);
                     slot.close_after = true;
                     slot.ready = Some(Transmit {
                         head: out.freeze(),
@@ -823,12 +796,13 @@ mod tests {
     #[test]
     fn unsendable_node_id_is_left_out_rather_than_failing_the_response() {
         let mut out = BytesMut::new();
-        encode_refusal(
+        refusal::encode(
             &Refusal {
-                reason: super::super::RefusalReason::Sessions,
+                reason: crate::refusal::RefusalReason::Sessions,
                 retry_after: Duration::from_secs(1),
             },
             Some("bad\r\nid"),
+            None,
             &mut out,
         );
         let text = core::str::from_utf8(&out).unwrap();

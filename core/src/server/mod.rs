@@ -10,12 +10,10 @@ pub mod connection;
 pub mod relay;
 
 pub use admission::{
-    Admission, AdmissionConfig, AdmissionConfigError, RateLimit, Refusal, RefusalReason,
-    RequestTicket, SessionTicket,
+    Admission, AdmissionConfig, AdmissionConfigError, RateLimit, RequestTicket, SessionTicket,
 };
 pub use connection::{
-    encode_refusal, encode_refusal_with_load, Accept, RequestId, RosterCaller, ServerConfig,
-    ServerConnection, ServerEvent, ServerUsageError, SourceRequest, SourceResult, Transmit,
-    DEFAULT_IDLE_TIMEOUT,
+    Accept, RequestId, RosterCaller, ServerConfig, ServerConnection, ServerEvent, ServerUsageError,
+    SourceRequest, SourceResult, Transmit, DEFAULT_IDLE_TIMEOUT,
 };
 pub use relay::{Decline, OriginIdentity, RelayConfig, TrustOrigin};

@@ -33,9 +33,8 @@ use peerblock_core::client::{
     BlockRequest, Classification, ClientConfig, ClientEvent, Connection, ConnectionFate, Deadlines,
     Ending, ExchangeError, ExchangeOutcome, ExchangeRequest, Link, RequestTimeout,
 };
-use peerblock_core::server::{
-    Accept, RefusalReason, ServerConfig, ServerConnection, ServerEvent, SourceResult,
-};
+use peerblock_core::refusal::RefusalReason;
+use peerblock_core::server::{Accept, ServerConfig, ServerConnection, ServerEvent, SourceResult};
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey};
 

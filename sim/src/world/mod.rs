@@ -16,8 +16,9 @@
 
 use std::io::Write;
 
-use peerblock_core::client::{Ending, ExchangeError, PeerRefusal};
+use peerblock_core::client::{Ending, ExchangeError};
 use peerblock_core::read::{Absence, GetId, Read, ReadConfig, Spread};
+use peerblock_core::refusal::PeerRefusal;
 use peerblock_core::rng::{child_seed, seeded, Rng};
 use peerblock_core::time::{Duration, Instant};
 
