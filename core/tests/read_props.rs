@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use peerblock_core::placement::{Key, PeerId};
 use peerblock_core::read::{
-    Action, GetId, GetOutcome, PeerView, Read, ReadConfig, ReadOutcome, Spread, StaticView,
+    GetId, GetOutcome, PeerView, Read, ReadConfig, ReadEvent, ReadOutcome, Spread, StaticView,
 };
 use peerblock_core::time::{Duration, Instant};
 use proptest::prelude::*;
@@ -101,7 +101,7 @@ enum Event {
 }
 
 /// Runs one scenario to completion, checking invariants; returns the action trace.
-fn run(s: &Scenario) -> (Vec<Action>, ReadOutcome) {
+fn run(s: &Scenario) -> (Vec<ReadEvent>, ReadOutcome) {
     let key = Key(pid(s.key).0);
     let cfg = ReadConfig {
         spread: match s.spread {
@@ -139,19 +139,19 @@ fn run(s: &Scenario) -> (Vec<Action>, ReadOutcome) {
     let mut trace = Vec::new();
     for _step in 0..100_000 {
         let actions = drain(&mut read, now, &view);
-        if let Some(deadline) = read.poll_timeout() {
+        if let Some(deadline) = read.poll_timeout().map(|d| d.at) {
             assert!(deadline > now, "poll_timeout stays in the past: busy loop");
         }
         for action in actions {
             assert!(read.gets_in_flight() <= 2, "more than two GETs in flight");
             match &action {
-                Action::Lookup => {
+                ReadEvent::Lookup => {
                     let lat = s.lookup_latency_ms[lookups % s.lookup_latency_ms.len()];
                     lookups += 1;
                     seq += 1;
                     queue.insert((now + Duration::from_millis(lat), seq), Event::Lookup);
                 }
-                Action::Get { id, peer } => {
+                ReadEvent::Get { id, peer } => {
                     assert!(view.eligible(now, peer), "GET to ineligible {peer}");
                     assert!(
                         view.refused_for(now, peer).is_none(),
@@ -176,11 +176,11 @@ fn run(s: &Scenario) -> (Vec<Action>, ReadOutcome) {
                         queue.insert((at, seq), Event::Answer(*id, o));
                     }
                 }
-                Action::Cancel { id } => {
+                ReadEvent::Cancel { id } => {
                     cancelled.insert(*id);
                 }
-                Action::FetchOrigin => unreachable!("no origin configured"),
-                Action::Done(outcome) => {
+                ReadEvent::FetchOrigin => unreachable!("no origin configured"),
+                ReadEvent::Done(outcome) => {
                     let outcome = outcome.clone();
                     trace.push(action);
                     assert!(read.stats().rounds <= max_rounds, "{:?}", read.stats());
@@ -211,7 +211,7 @@ fn run(s: &Scenario) -> (Vec<Action>, ReadOutcome) {
             trace.push(action);
         }
         let next_event = queue.keys().next().map(|(t, _)| *t);
-        let next = match (next_event, read.poll_timeout()) {
+        let next = match (next_event, read.poll_timeout().map(|d| d.at)) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a
                 .or(b)
