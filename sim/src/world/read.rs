@@ -106,6 +106,20 @@ impl World<'_> {
         }
     }
 
+    /// GET `g`'s response has started arriving at its reader (the modelled path's first
+    /// byte, the HTTP path's first response bytes): progress for the read's hedge rule.
+    pub(super) fn get_progress(&mut self, g: Handle) {
+        let Some(get) = self.gets.get(g) else {
+            return;
+        };
+        let (h, id) = (get.read, get.id);
+        let Some(rs) = self.reads.get_mut(h) else {
+            return;
+        };
+        rs.machine.handle_get_progress(self.now, id);
+        self.drive(h);
+    }
+
     pub(super) fn read_timer(&mut self, h: Handle) {
         let Some(rs) = self.reads.get_mut(h) else {
             return;
