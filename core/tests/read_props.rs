@@ -8,6 +8,9 @@
 //! - every read finishes, within `1 + max_refusal_waits + max_plain_retries` rounds;
 //! - no GET goes to a suppressed (refusing) or circuit-open (blocked) peer;
 //! - `poll_timeout` never stays in the past after `handle_timeout` (no busy loop);
+//! - under the default `HedgeRule::OnSilence`, no hedge goes out while the single GET in
+//!   flight has reported progress (responses report it halfway through their latency; some
+//!   silent peers report it and then stall);
 //! - same seed, same inputs: the same action sequence.
 
 mod read_support;
@@ -34,6 +37,8 @@ struct PeerScript {
     refused_until_ms: Option<u64>,
     /// Whether lookups return this peer.
     discovered: bool,
+    /// A silent answer (kind 3) sends its response head, then stalls: progress, no answer.
+    stalls_after_head: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -56,15 +61,19 @@ fn peer_script() -> impl Strategy<Value = PeerScript> {
         prop::bool::weighted(0.15),
         prop::option::weighted(0.3, 0u64..40_000),
         prop::bool::weighted(0.85),
+        prop::bool::weighted(0.5),
     )
         .prop_map(
-            |(holds, answers, latency_ms, blocked, refused_until_ms, discovered)| PeerScript {
-                holds,
-                answers,
-                latency_ms,
-                blocked,
-                refused_until_ms,
-                discovered,
+            |(holds, answers, latency_ms, blocked, refused_until_ms, discovered, stalls)| {
+                PeerScript {
+                    holds,
+                    answers,
+                    latency_ms,
+                    blocked,
+                    refused_until_ms,
+                    discovered,
+                    stalls_after_head: stalls,
+                }
             },
         )
 }
@@ -97,6 +106,7 @@ fn pid(n: u64) -> PeerId {
 
 enum Event {
     Lookup,
+    Progress(GetId),
     Answer(GetId, GetOutcome),
 }
 
@@ -133,6 +143,9 @@ fn run(s: &Scenario) -> (Vec<ReadEvent>, ReadOutcome) {
     let mut seq = 0u64;
     let mut get_peer: BTreeMap<GetId, PeerId> = BTreeMap::new();
     let mut cancelled: BTreeSet<GetId> = BTreeSet::new();
+    // GETs in flight as the driver sees them, and those that reported progress.
+    let mut in_flight: BTreeSet<GetId> = BTreeSet::new();
+    let mut progressed: BTreeSet<GetId> = BTreeSet::new();
     let mut lookups = 0usize;
     let mut read = Read::new(key, cfg, Instant::ZERO, s.seed).unwrap();
     let mut now = Instant::ZERO;
@@ -157,6 +170,13 @@ fn run(s: &Scenario) -> (Vec<ReadEvent>, ReadOutcome) {
                         view.refused_for(now, peer).is_none(),
                         "GET to refusing {peer}"
                     );
+                    if let [only] = in_flight.iter().collect::<Vec<_>>()[..] {
+                        assert!(
+                            !progressed.contains(only),
+                            "hedged GET {only:?} although it showed progress"
+                        );
+                    }
+                    in_flight.insert(*id);
                     get_peer.insert(*id, *peer);
                     refused_in_read.remove(peer); // asked again: its old refusal is over
                     let script = &scripts[peer];
@@ -170,6 +190,12 @@ fn run(s: &Scenario) -> (Vec<ReadEvent>, ReadOutcome) {
                         2 => Some(GetOutcome::Failed),
                         _ => None,
                     };
+                    let head = matches!(kind, 0 | 1) || (kind == 3 && script.stalls_after_head);
+                    if head {
+                        seq += 1;
+                        let at = now + Duration::from_millis(script.latency_ms / 2);
+                        queue.insert((at, seq), Event::Progress(*id));
+                    }
                     if let Some(o) = outcome {
                         seq += 1;
                         let at = now + Duration::from_millis(script.latency_ms);
@@ -177,6 +203,7 @@ fn run(s: &Scenario) -> (Vec<ReadEvent>, ReadOutcome) {
                     }
                 }
                 ReadEvent::Cancel { id } => {
+                    in_flight.remove(id);
                     cancelled.insert(*id);
                 }
                 ReadEvent::FetchOrigin => unreachable!("no origin configured"),
@@ -232,7 +259,14 @@ fn run(s: &Scenario) -> (Vec<ReadEvent>, ReadOutcome) {
                         .collect();
                     read.handle_lookup(now, &found);
                 }
+                Event::Progress(id) => {
+                    if in_flight.contains(&id) {
+                        progressed.insert(id);
+                    }
+                    read.handle_get_progress(now, id);
+                }
                 Event::Answer(id, outcome) => {
+                    in_flight.remove(&id);
                     // The driver mirrors answers the read still wants into its own state:
                     // a refusal goes into its cooldown view for 15 s.
                     if !cancelled.contains(&id) {
