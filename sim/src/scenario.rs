@@ -832,7 +832,18 @@ impl Scenario {
             );
         }
         if let Err(e) = crate::world::read_config(self).validate() {
-            return bad("client", e.to_string());
+            use peerblock_core::read::ReadConfigError as E;
+            let key = match &e {
+                E::CloseGroupSize(_) => "cluster.close_group",
+                E::TooManyRefusalWaits(_) => "client.max_refusal_waits",
+                E::TooManyRetries(_) => "client.max_plain_retries",
+                E::RefusalCooldownTooLong {
+                    field: "refused_cooldown",
+                    ..
+                } => "client.refused_cooldown_secs",
+                _ => "client",
+            };
+            return bad(key, e.to_string());
         }
         if cl.lookup_peers < c.close_group {
             return bad(
@@ -1013,6 +1024,26 @@ mod tests {
         assert!(
             e.to_string()
                 .starts_with("f.toml:10: invalid value for `faults[1].factor`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hedge_rule_key_parses_and_defaults_to_on_silence() {
+        let s = Scenario::parse("", "x.toml", "x").unwrap();
+        assert_eq!(s.client.hedge, HedgePolicy::OnSilence);
+        let s = Scenario::parse("[client]\nhedge = \"after-delay\"\n", "x.toml", "x").unwrap();
+        assert_eq!(s.client.hedge, HedgePolicy::AfterDelay);
+        assert!(Scenario::parse("[client]\nhedge = \"sometimes\"\n", "x.toml", "x").is_err());
+    }
+
+    #[test]
+    fn read_config_bounds_are_checked_with_the_scenario() {
+        let e =
+            Scenario::parse("[client]\nrefused_cooldown_secs = 301\n", "a.toml", "a").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("invalid value for `client.refused_cooldown_secs`"),
             "{e}"
         );
     }
