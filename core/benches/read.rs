@@ -11,7 +11,7 @@ use std::hint::black_box;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use peerblock_core::placement::{Key, PeerId};
-use peerblock_core::read::{Action, GetOutcome, PeerView, Read, ReadConfig, ReadOutcome};
+use peerblock_core::read::{GetOutcome, PeerView, Read, ReadConfig, ReadEvent, ReadOutcome};
 use peerblock_core::time::{Duration, Instant};
 
 /// Everyone eligible, nobody refusing.
@@ -50,13 +50,13 @@ fn common(key: Key, peers: &[PeerId], seed: u64) -> ReadOutcome {
     let now = Instant::from_secs(1);
     let mut read = Read::new(key, ReadConfig::default(), now, seed).unwrap();
     let mut outcome = None;
-    while let Some(action) = read.poll_action(now, &view) {
+    while let Some(action) = read.poll_event(now, &view) {
         match action {
-            Action::Lookup => read.handle_lookup(now, &peers[..7]),
-            Action::Get { id, .. } => {
+            ReadEvent::Lookup => read.handle_lookup(now, &peers[..7]),
+            ReadEvent::Get { id, .. } => {
                 read.handle_get(now, id, GetOutcome::Found(Bytes::from_static(b"block")))
             }
-            Action::Done(o) => outcome = Some(o),
+            ReadEvent::Done(o) => outcome = Some(o),
             _ => {}
         }
     }
@@ -68,15 +68,15 @@ fn worst(key: Key, peers: &[PeerId], seed: u64) -> ReadOutcome {
     let mut now = Instant::from_secs(1);
     let mut read = Read::new(key, ReadConfig::default(), now, seed).unwrap();
     loop {
-        while let Some(action) = read.poll_action(now, &view) {
+        while let Some(action) = read.poll_event(now, &view) {
             match action {
-                Action::Lookup => read.handle_lookup(now, peers),
-                Action::Get { id, .. } => read.handle_get(now, id, GetOutcome::NotFound),
-                Action::Done(o) => return o,
+                ReadEvent::Lookup => read.handle_lookup(now, peers),
+                ReadEvent::Get { id, .. } => read.handle_get(now, id, GetOutcome::NotFound),
+                ReadEvent::Done(o) => return o,
                 _ => {}
             }
         }
-        now = read.poll_timeout().unwrap();
+        now = read.poll_timeout().unwrap().at;
         read.handle_timeout(now);
     }
 }

@@ -62,7 +62,8 @@ pub struct CooldownConfig {
     pub refused: Duration,
     /// Suppression after a failed dial (default 30 min).
     pub failed: Duration,
-    /// Upper bound applied to a peer's `Retry-After` (default 60 s).
+    /// Upper bound applied to a peer's `Retry-After` (default 15 s, the one cap
+    /// [`DEFAULT_MAX_RETRY_AFTER`]).
     pub max_retry_after: Duration,
     /// Most endpoints remembered at once (default 4096, must be at least 1).
     pub capacity: usize,

@@ -9,20 +9,20 @@ mod alloc_support;
 use alloc_support::allocations;
 use bytes::Bytes;
 use peerblock_core::placement::{Key, PeerId};
-use peerblock_core::read::{Action, GetOutcome, Read, ReadConfig, ReadOutcome, StaticView};
+use peerblock_core::read::{GetOutcome, Read, ReadConfig, ReadEvent, ReadOutcome, StaticView};
 use peerblock_core::time::Instant;
 
 fn one_read(peers: &[PeerId], view: &StaticView) -> ReadOutcome {
     let now = Instant::from_secs(1);
     let mut read = Read::new(Key::from_u64(0), ReadConfig::default(), now, 7).unwrap();
     let mut outcome = None;
-    while let Some(action) = read.poll_action(now, view) {
+    while let Some(action) = read.poll_event(now, view) {
         match action {
-            Action::Lookup => read.handle_lookup(now, peers),
-            Action::Get { id, .. } => {
+            ReadEvent::Lookup => read.handle_lookup(now, peers),
+            ReadEvent::Get { id, .. } => {
                 read.handle_get(now, id, GetOutcome::Found(Bytes::from_static(b"b")))
             }
-            Action::Done(o) => outcome = Some(o),
+            ReadEvent::Done(o) => outcome = Some(o),
             _ => {}
         }
     }

@@ -6,7 +6,9 @@ use bytes::Bytes;
 use peerblock_core::breaker::{Breaker, BreakerConfig, State};
 use peerblock_core::cooldown::{CooldownConfig, CooldownTable};
 use peerblock_core::placement::{Key, PeerId};
-use peerblock_core::read::{Action, GetOutcome, PeerView, Read, ReadConfig, ReadOutcome, Spread};
+use peerblock_core::read::{
+    GetOutcome, PeerView, Read, ReadConfig, ReadEvent, ReadOutcome, Spread,
+};
 use peerblock_core::time::{Duration, Instant};
 
 /// The driver's view: eligible only if the circuit is not open and the dial is not
@@ -35,16 +37,13 @@ fn first_get(view: &DriverView<'_>, now: Instant, peers: &[PeerId]) -> PeerId {
     };
     let mut read = Read::new(Key::from_u64(0), cfg, now, 1).unwrap();
     loop {
-        match read
-            .poll_action(now, view)
-            .expect("read asks for something")
-        {
-            Action::Lookup => read.handle_lookup(now, peers),
-            Action::Get { id, peer } => {
+        match read.poll_event(now, view).expect("read asks for something") {
+            ReadEvent::Lookup => read.handle_lookup(now, peers),
+            ReadEvent::Get { id, peer } => {
                 read.handle_get(now, id, GetOutcome::Found(Bytes::from_static(b"b")));
                 assert!(matches!(
-                    read.poll_action(now, view),
-                    Some(Action::Done(ReadOutcome::Found(_)))
+                    read.poll_event(now, view),
+                    Some(ReadEvent::Done(ReadOutcome::Found(_)))
                 ));
                 return peer;
             }

@@ -7,7 +7,7 @@ mod read_support;
 
 use peerblock_core::load::MAX_ADVERTISED_LOAD;
 use peerblock_core::placement::PeerId;
-use peerblock_core::read::{Action, LookupPeer, PeerView, Read, ReadConfig, Spread, StaticView};
+use peerblock_core::read::{LookupPeer, PeerView, Read, ReadConfig, ReadEvent, Spread, StaticView};
 use peerblock_core::rng::indexed_seed;
 use read_support::{drain, gets, key_and_peers, secs};
 
@@ -38,7 +38,7 @@ fn first_gets(view: &impl PeerView, spread: Spread, answer: impl Fn(&mut Read)) 
     let mut counts = [0u32; 8];
     for i in 0..READS {
         let mut read = Read::new(key, config(spread), now, indexed_seed(11, i)).unwrap();
-        assert_eq!(drain(&mut read, now, view), vec![Action::Lookup]);
+        assert_eq!(drain(&mut read, now, view), vec![ReadEvent::Lookup]);
         answer(&mut read);
         let sent = gets(&drain(&mut read, now, view));
         assert_eq!(sent.len(), 1, "one first GET");

@@ -6,7 +6,7 @@ mod read_support;
 
 use peerblock_core::load::{LoadConfig, LoadTable};
 use peerblock_core::placement::PeerId;
-use peerblock_core::read::{Action, Read, ReadConfig, Spread, StaticView};
+use peerblock_core::read::{Read, ReadConfig, ReadEvent, Spread, StaticView};
 use peerblock_core::rng::indexed_seed;
 use peerblock_core::time::{Duration, Instant};
 use read_support::{drain, gets, key_and_peers, secs};
@@ -26,7 +26,7 @@ fn first_gets(now: Instant, view: &impl peerblock_core::read::PeerView) -> [u32;
     let mut counts = [0u32; 8];
     for i in 0..READS {
         let mut read = Read::new(key, load_aware(), now, indexed_seed(9, i)).unwrap();
-        assert_eq!(drain(&mut read, now, view), vec![Action::Lookup]);
+        assert_eq!(drain(&mut read, now, view), vec![ReadEvent::Lookup]);
         read.handle_lookup(now, &peers);
         let sent = gets(&drain(&mut read, now, view));
         assert_eq!(sent.len(), 1, "one first GET");

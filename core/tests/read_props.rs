@@ -8,6 +8,9 @@
 //! - every read finishes, within `1 + max_refusal_waits + max_plain_retries` rounds;
 //! - no GET goes to a suppressed (refusing) or circuit-open (blocked) peer;
 //! - `poll_timeout` never stays in the past after `handle_timeout` (no busy loop);
+//! - under the default `HedgeRule::OnSilence`, no hedge goes out while the single GET in
+//!   flight has reported progress (responses report it halfway through their latency; some
+//!   silent peers report it and then stall);
 //! - same seed, same inputs: the same action sequence.
 
 mod read_support;
@@ -17,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use peerblock_core::placement::{Key, PeerId};
 use peerblock_core::read::{
-    Action, GetId, GetOutcome, PeerView, Read, ReadConfig, ReadOutcome, Spread, StaticView,
+    GetId, GetOutcome, PeerView, Read, ReadConfig, ReadEvent, ReadOutcome, Spread, StaticView,
 };
 use peerblock_core::time::{Duration, Instant};
 use proptest::prelude::*;
@@ -34,6 +37,8 @@ struct PeerScript {
     refused_until_ms: Option<u64>,
     /// Whether lookups return this peer.
     discovered: bool,
+    /// A silent answer (kind 3) sends its response head, then stalls: progress, no answer.
+    stalls_after_head: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -56,15 +61,19 @@ fn peer_script() -> impl Strategy<Value = PeerScript> {
         prop::bool::weighted(0.15),
         prop::option::weighted(0.3, 0u64..40_000),
         prop::bool::weighted(0.85),
+        prop::bool::weighted(0.5),
     )
         .prop_map(
-            |(holds, answers, latency_ms, blocked, refused_until_ms, discovered)| PeerScript {
-                holds,
-                answers,
-                latency_ms,
-                blocked,
-                refused_until_ms,
-                discovered,
+            |(holds, answers, latency_ms, blocked, refused_until_ms, discovered, stalls)| {
+                PeerScript {
+                    holds,
+                    answers,
+                    latency_ms,
+                    blocked,
+                    refused_until_ms,
+                    discovered,
+                    stalls_after_head: stalls,
+                }
             },
         )
 }
@@ -97,11 +106,12 @@ fn pid(n: u64) -> PeerId {
 
 enum Event {
     Lookup,
+    Progress(GetId),
     Answer(GetId, GetOutcome),
 }
 
 /// Runs one scenario to completion, checking invariants; returns the action trace.
-fn run(s: &Scenario) -> (Vec<Action>, ReadOutcome) {
+fn run(s: &Scenario) -> (Vec<ReadEvent>, ReadOutcome) {
     let key = Key(pid(s.key).0);
     let cfg = ReadConfig {
         spread: match s.spread {
@@ -133,30 +143,40 @@ fn run(s: &Scenario) -> (Vec<Action>, ReadOutcome) {
     let mut seq = 0u64;
     let mut get_peer: BTreeMap<GetId, PeerId> = BTreeMap::new();
     let mut cancelled: BTreeSet<GetId> = BTreeSet::new();
+    // GETs in flight as the driver sees them, and those that reported progress.
+    let mut in_flight: BTreeSet<GetId> = BTreeSet::new();
+    let mut progressed: BTreeSet<GetId> = BTreeSet::new();
     let mut lookups = 0usize;
     let mut read = Read::new(key, cfg, Instant::ZERO, s.seed).unwrap();
     let mut now = Instant::ZERO;
     let mut trace = Vec::new();
     for _step in 0..100_000 {
         let actions = drain(&mut read, now, &view);
-        if let Some(deadline) = read.poll_timeout() {
+        if let Some(deadline) = read.poll_timeout().map(|d| d.at) {
             assert!(deadline > now, "poll_timeout stays in the past: busy loop");
         }
         for action in actions {
             assert!(read.gets_in_flight() <= 2, "more than two GETs in flight");
             match &action {
-                Action::Lookup => {
+                ReadEvent::Lookup => {
                     let lat = s.lookup_latency_ms[lookups % s.lookup_latency_ms.len()];
                     lookups += 1;
                     seq += 1;
                     queue.insert((now + Duration::from_millis(lat), seq), Event::Lookup);
                 }
-                Action::Get { id, peer } => {
+                ReadEvent::Get { id, peer } => {
                     assert!(view.eligible(now, peer), "GET to ineligible {peer}");
                     assert!(
                         view.refused_for(now, peer).is_none(),
                         "GET to refusing {peer}"
                     );
+                    if let [only] = in_flight.iter().collect::<Vec<_>>()[..] {
+                        assert!(
+                            !progressed.contains(only),
+                            "hedged GET {only:?} although it showed progress"
+                        );
+                    }
+                    in_flight.insert(*id);
                     get_peer.insert(*id, *peer);
                     refused_in_read.remove(peer); // asked again: its old refusal is over
                     let script = &scripts[peer];
@@ -170,17 +190,24 @@ fn run(s: &Scenario) -> (Vec<Action>, ReadOutcome) {
                         2 => Some(GetOutcome::Failed),
                         _ => None,
                     };
+                    let head = matches!(kind, 0 | 1) || (kind == 3 && script.stalls_after_head);
+                    if head {
+                        seq += 1;
+                        let at = now + Duration::from_millis(script.latency_ms / 2);
+                        queue.insert((at, seq), Event::Progress(*id));
+                    }
                     if let Some(o) = outcome {
                         seq += 1;
                         let at = now + Duration::from_millis(script.latency_ms);
                         queue.insert((at, seq), Event::Answer(*id, o));
                     }
                 }
-                Action::Cancel { id } => {
+                ReadEvent::Cancel { id } => {
+                    in_flight.remove(id);
                     cancelled.insert(*id);
                 }
-                Action::FetchOrigin => unreachable!("no origin configured"),
-                Action::Done(outcome) => {
+                ReadEvent::FetchOrigin => unreachable!("no origin configured"),
+                ReadEvent::Done(outcome) => {
                     let outcome = outcome.clone();
                     trace.push(action);
                     assert!(read.stats().rounds <= max_rounds, "{:?}", read.stats());
@@ -211,7 +238,7 @@ fn run(s: &Scenario) -> (Vec<Action>, ReadOutcome) {
             trace.push(action);
         }
         let next_event = queue.keys().next().map(|(t, _)| *t);
-        let next = match (next_event, read.poll_timeout()) {
+        let next = match (next_event, read.poll_timeout().map(|d| d.at)) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a
                 .or(b)
@@ -232,7 +259,14 @@ fn run(s: &Scenario) -> (Vec<Action>, ReadOutcome) {
                         .collect();
                     read.handle_lookup(now, &found);
                 }
+                Event::Progress(id) => {
+                    if in_flight.contains(&id) {
+                        progressed.insert(id);
+                    }
+                    read.handle_get_progress(now, id);
+                }
                 Event::Answer(id, outcome) => {
+                    in_flight.remove(&id);
                     // The driver mirrors answers the read still wants into its own state:
                     // a refusal goes into its cooldown view for 15 s.
                     if !cancelled.contains(&id) {

@@ -7,7 +7,8 @@ use bytes::Bytes;
 use peerblock_core::cooldown::{CooldownConfig, CooldownTable, DialOutcome};
 use peerblock_core::placement::PeerId;
 use peerblock_core::read::{
-    Absence, Action, GetOutcome, OriginOutcome, Read, ReadConfig, ReadOutcome, Spread, StaticView,
+    Absence, GetOutcome, OriginOutcome, Read, ReadConfig, ReadEvent, ReadOutcome, Spread,
+    StaticView,
 };
 use peerblock_core::time::{Duration, Instant};
 use read_support::{drain, gets, key_and_peers, millis, secs};
@@ -29,13 +30,13 @@ fn answer_all(
     read: &mut Read,
     now: Instant,
     view: &StaticView,
-    mut actions: Vec<Action>,
+    mut actions: Vec<ReadEvent>,
     answer: &mut dyn FnMut(PeerId) -> GetOutcome,
-) -> Vec<Action> {
+) -> Vec<ReadEvent> {
     let mut seen = Vec::new();
     while !actions.is_empty() {
         for a in &actions {
-            if let Action::Get { id, peer } = a {
+            if let ReadEvent::Get { id, peer } = a {
                 read.handle_get(now, *id, answer(*peer));
             }
         }
@@ -45,9 +46,9 @@ fn answer_all(
     seen
 }
 
-fn done(actions: &[Action]) -> Option<ReadOutcome> {
+fn done(actions: &[ReadEvent]) -> Option<ReadOutcome> {
     actions.iter().find_map(|a| match a {
-        Action::Done(o) => Some(o.clone()),
+        ReadEvent::Done(o) => Some(o.clone()),
         _ => None,
     })
 }
@@ -57,7 +58,7 @@ fn common_read_looks_up_gets_once_and_finds() {
     let (key, peers) = key_and_peers(7);
     let view = StaticView::new();
     let mut read = Read::new(key, ReadConfig::default(), secs(0), 1).unwrap();
-    assert_eq!(drain(&mut read, secs(0), &view), vec![Action::Lookup]);
+    assert_eq!(drain(&mut read, secs(0), &view), vec![ReadEvent::Lookup]);
     read.handle_lookup(millis(20), &peers);
     let a = drain(&mut read, millis(20), &view);
     let g = gets(&a);
@@ -65,12 +66,12 @@ fn common_read_looks_up_gets_once_and_finds() {
     read.handle_get(millis(50), g[0].0, found());
     assert_eq!(
         drain(&mut read, millis(50), &view),
-        vec![Action::Done(ReadOutcome::Found(Bytes::from_static(
+        vec![ReadEvent::Done(ReadOutcome::Found(Bytes::from_static(
             b"block"
         )))]
     );
-    assert!(read.is_done());
-    assert_eq!(read.poll_timeout(), None);
+    assert!(read.is_finished());
+    assert_eq!(read.poll_timeout().map(|d| d.at), None);
 }
 
 /// Rule: first reads spread uniformly over the close group (each of 7 holders about 1/7 of
@@ -138,7 +139,7 @@ fn early_reads_choose_within_the_known_close_group_then_nearest_first() {
     let mut firsts = std::collections::BTreeSet::new();
     for seed in 0..500 {
         let mut read = Read::new(key, ReadConfig::default(), secs(0), seed).unwrap();
-        assert_eq!(drain(&mut read, secs(0), &view), vec![Action::Lookup]);
+        assert_eq!(drain(&mut read, secs(0), &view), vec![ReadEvent::Lookup]);
         read.handle_lookup_progress(millis(10), &known);
         let a = drain(&mut read, millis(10), &view);
         let g = gets(&a);
@@ -217,7 +218,7 @@ fn holder_skipped_for_a_refusal_is_read_after_exactly_15_s() {
     let mut view = StaticView::new();
     view.refuse_until(holder, secs(15));
     let mut read = Read::new(key, ReadConfig::default(), secs(0), 5).unwrap();
-    assert_eq!(drain(&mut read, secs(0), &view), vec![Action::Lookup]);
+    assert_eq!(drain(&mut read, secs(0), &view), vec![ReadEvent::Lookup]);
     read.handle_lookup(secs(0), &peers[1..]); // discovery skips the refusing holder
     let a = drain(&mut read, secs(0), &view);
     let seen = answer_all(&mut read, secs(0), &view, a, &mut |_| GetOutcome::NotFound);
@@ -227,16 +228,16 @@ fn holder_skipped_for_a_refusal_is_read_after_exactly_15_s() {
         None,
         "seven NotFounds prove nothing while the holder refuses"
     );
-    assert_eq!(read.poll_timeout(), Some(secs(15)));
+    assert_eq!(read.poll_timeout().map(|d| d.at), Some(secs(15)));
     read.handle_timeout(secs(15));
-    assert_eq!(drain(&mut read, secs(15), &view), vec![Action::Lookup]);
+    assert_eq!(drain(&mut read, secs(15), &view), vec![ReadEvent::Lookup]);
     read.handle_lookup(secs(15), &peers);
     let g = gets(&drain(&mut read, secs(15), &view));
     assert_eq!(g, vec![(g[0].0, holder)], "read at exactly 15 s");
     read.handle_get(secs(15), g[0].0, found());
     assert!(matches!(
         drain(&mut read, secs(15), &view).as_slice(),
-        [Action::Done(ReadOutcome::Found(_))]
+        [ReadEvent::Done(ReadOutcome::Found(_))]
     ));
 }
 
@@ -249,14 +250,14 @@ fn refusal_ending_during_a_2_s_round_is_retried_after_the_usual_1_s() {
     let mut view = StaticView::new();
     view.refuse_until(holder, millis(1_500));
     let mut read = Read::new(key, ReadConfig::default(), secs(0), 6).unwrap();
-    assert_eq!(drain(&mut read, secs(0), &view), vec![Action::Lookup]);
+    assert_eq!(drain(&mut read, secs(0), &view), vec![ReadEvent::Lookup]);
     read.handle_lookup(secs(2), &peers[1..]); // the lookup took 2 s and skipped the holder
     let a = drain(&mut read, secs(2), &view);
     let seen = answer_all(&mut read, secs(2), &view, a, &mut |_| GetOutcome::NotFound);
     assert_eq!(done(&seen), None);
-    assert_eq!(read.poll_timeout(), Some(secs(3)));
+    assert_eq!(read.poll_timeout().map(|d| d.at), Some(secs(3)));
     read.handle_timeout(secs(3));
-    assert_eq!(drain(&mut read, secs(3), &view), vec![Action::Lookup]);
+    assert_eq!(drain(&mut read, secs(3), &view), vec![ReadEvent::Lookup]);
     read.handle_lookup(secs(3), &peers);
     let g = gets(&drain(&mut read, secs(3), &view));
     assert_eq!(g[0].1, holder);
@@ -276,13 +277,13 @@ fn always_refused_holder_gives_busy_after_three_waits_never_absent() {
         while !actions.is_empty() {
             for a in &actions {
                 match a {
-                    Action::Lookup => read.handle_lookup(now, &peers),
-                    Action::Get { id, peer } if *peer == holder => {
+                    ReadEvent::Lookup => read.handle_lookup(now, &peers),
+                    ReadEvent::Get { id, peer } if *peer == holder => {
                         table.record(now, *peer, DialOutcome::Refused { retry_after: None });
                         read.handle_get(now, *id, GetOutcome::Refused { retry_after: None });
                     }
-                    Action::Get { id, .. } => read.handle_get(now, *id, GetOutcome::NotFound),
-                    Action::Done(o) => fin = Some(o.clone()),
+                    ReadEvent::Get { id, .. } => read.handle_get(now, *id, GetOutcome::NotFound),
+                    ReadEvent::Done(o) => fin = Some(o.clone()),
                     _ => {}
                 }
             }
@@ -291,7 +292,10 @@ fn always_refused_holder_gives_busy_after_three_waits_never_absent() {
         if let Some(o) = fin {
             break o;
         }
-        now = read.poll_timeout().expect("a pending read has a deadline");
+        now = read
+            .poll_timeout()
+            .map(|d| d.at)
+            .expect("a pending read has a deadline");
         read.handle_timeout(now);
     };
     assert_eq!(outcome, ReadOutcome::Busy);
@@ -327,7 +331,7 @@ fn refused_peer_beyond_the_close_group_does_not_delay_absence() {
         }
     });
     assert_eq!(done(&seen), None);
-    assert_eq!(read.poll_timeout(), Some(secs(15)));
+    assert_eq!(read.poll_timeout().map(|d| d.at), Some(secs(15)));
 }
 
 /// Rule: the hedge fires at exactly the hedge delay, and never more than two GETs are in
@@ -340,7 +344,7 @@ fn hedge_fires_at_exactly_the_delay_and_never_more_than_two_in_flight() {
     let _ = drain(&mut read, secs(0), &view);
     read.handle_lookup(secs(0), &peers);
     assert_eq!(gets(&drain(&mut read, secs(0), &view)).len(), 1);
-    assert_eq!(read.poll_timeout(), Some(secs(1)));
+    assert_eq!(read.poll_timeout().map(|d| d.at), Some(secs(1)));
     read.handle_timeout(millis(999));
     assert!(drain(&mut read, millis(999), &view).is_empty());
     read.handle_timeout(secs(1));
@@ -355,7 +359,7 @@ fn hedge_fires_at_exactly_the_delay_and_never_more_than_two_in_flight() {
     // The first GET's timeout frees a slot: one more GET, still two in flight.
     read.handle_timeout(secs(10));
     let a = drain(&mut read, secs(10), &view);
-    assert!(matches!(a[0], Action::Cancel { .. }));
+    assert!(matches!(a[0], ReadEvent::Cancel { .. }));
     assert_eq!(gets(&a).len(), 1);
     assert_eq!(read.gets_in_flight(), 2);
 }
@@ -373,8 +377,8 @@ fn found_cancels_the_other_get() {
     let hedge = gets(&drain(&mut read, secs(1), &view))[0].0;
     read.handle_get(millis(1_100), hedge, found());
     let a = drain(&mut read, millis(1_100), &view);
-    assert_eq!(a[0], Action::Cancel { id: first });
-    assert!(matches!(a[1], Action::Done(ReadOutcome::Found(_))));
+    assert_eq!(a[0], ReadEvent::Cancel { id: first });
+    assert!(matches!(a[1], ReadEvent::Done(ReadOutcome::Found(_))));
     read.handle_get(millis(1_200), first, GetOutcome::NotFound); // late: ignored
     assert!(drain(&mut read, millis(1_200), &view).is_empty());
 }
@@ -390,11 +394,11 @@ fn unreachable_holders_give_one_retry_then_unavailable() {
     let a = drain(&mut read, secs(0), &view);
     let seen = answer_all(&mut read, secs(0), &view, a, &mut |_| GetOutcome::Failed);
     assert_eq!(done(&seen), None);
-    assert_eq!(read.poll_timeout(), Some(secs(1)));
+    assert_eq!(read.poll_timeout().map(|d| d.at), Some(secs(1)));
     read.handle_timeout(secs(1));
     // The retry round looks up again; the peers already known get an early read at once.
     let mut a = drain(&mut read, secs(1), &view);
-    assert_eq!(a[0], Action::Lookup);
+    assert_eq!(a[0], ReadEvent::Lookup);
     assert_eq!(gets(&a).len(), 1);
     read.handle_lookup(secs(1), &peers);
     a.extend(drain(&mut read, secs(1), &view));
@@ -423,11 +427,11 @@ fn origin_is_the_last_resort() {
     read.handle_lookup(secs(0), &peers);
     let a = drain(&mut read, secs(0), &view);
     let seen = answer_all(&mut read, secs(0), &view, a, &mut |_| GetOutcome::Failed);
-    assert_eq!(seen.last(), Some(&Action::FetchOrigin));
+    assert_eq!(seen.last(), Some(&ReadEvent::FetchOrigin));
     read.handle_origin(secs(1), OriginOutcome::Found(Bytes::from_static(b"up")));
     assert_eq!(
         drain(&mut read, secs(1), &view),
-        vec![Action::Done(ReadOutcome::FoundAtOrigin(
+        vec![ReadEvent::Done(ReadOutcome::FoundAtOrigin(
             Bytes::from_static(b"up")
         ))]
     );
@@ -435,14 +439,14 @@ fn origin_is_the_last_resort() {
     let mut read = Read::new(key, cfg, secs(0), 4).unwrap();
     read.handle_lookup(secs(0), &peers); // candidates up front: no Lookup action
     let a = drain(&mut read, secs(0), &view);
-    assert!(!a.contains(&Action::Lookup));
+    assert!(!a.contains(&ReadEvent::Lookup));
     let seen = answer_all(&mut read, secs(0), &view, a, &mut |_| GetOutcome::Failed);
-    assert_eq!(seen.last(), Some(&Action::FetchOrigin));
-    assert_eq!(read.poll_timeout(), Some(secs(10)));
+    assert_eq!(seen.last(), Some(&ReadEvent::FetchOrigin));
+    assert_eq!(read.poll_timeout().map(|d| d.at), Some(secs(10)));
     read.handle_timeout(secs(10));
     assert_eq!(
         drain(&mut read, secs(10), &view),
-        vec![Action::Done(ReadOutcome::Unavailable)]
+        vec![ReadEvent::Done(ReadOutcome::Unavailable)]
     );
 }
 
@@ -458,7 +462,7 @@ fn time_going_backwards_is_clamped() {
     read.handle_lookup(secs(0), &peers);
     let _ = drain(&mut read, secs(0), &view);
     assert_eq!(
-        read.poll_timeout(),
+        read.poll_timeout().map(|d| d.at),
         Some(secs(6)),
         "hedge from the latest instant seen"
     );
@@ -477,12 +481,12 @@ fn silent_lookup_and_silent_get_are_bounded_by_their_timeouts() {
         ..ReadConfig::default()
     };
     let mut read = Read::new(key, cfg, secs(0), 4).unwrap();
-    assert_eq!(drain(&mut read, secs(0), &view), vec![Action::Lookup]);
-    assert_eq!(read.poll_timeout(), Some(secs(10)));
+    assert_eq!(drain(&mut read, secs(0), &view), vec![ReadEvent::Lookup]);
+    assert_eq!(read.poll_timeout().map(|d| d.at), Some(secs(10)));
     read.handle_timeout(secs(10));
     assert_eq!(
         drain(&mut read, secs(10), &view),
-        vec![Action::Done(ReadOutcome::Unavailable)],
+        vec![ReadEvent::Done(ReadOutcome::Unavailable)],
         "no lookup answer and no known peers: nothing to ask"
     );
 
@@ -493,8 +497,12 @@ fn silent_lookup_and_silent_get_are_bounded_by_their_timeouts() {
     assert_eq!(g.len(), 1);
     read.handle_timeout(secs(10)); // lookup and GET both time out
     let a = drain(&mut read, secs(10), &view);
-    assert_eq!(a, vec![Action::Cancel { id: g[0].0 }]);
-    assert_eq!(read.poll_timeout(), Some(secs(11)), "then the 1 s retry");
+    assert_eq!(a, vec![ReadEvent::Cancel { id: g[0].0 }]);
+    assert_eq!(
+        read.poll_timeout().map(|d| d.at),
+        Some(secs(11)),
+        "then the 1 s retry"
+    );
 }
 
 /// Rule: absence is proved only by the nearest close group answering NotFound. When every

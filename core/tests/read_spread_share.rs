@@ -23,7 +23,7 @@ use bytes::Bytes;
 use peerblock_core::load::{KeyCounter, KeyCounterConfig, LoadConfig, LoadTable};
 use peerblock_core::placement::{Key, PeerId};
 use peerblock_core::read::{
-    Action, GetId, GetOutcome, LookupPeer, PeerView, Read, ReadConfig, Spread, StaticView,
+    GetId, GetOutcome, LookupPeer, PeerView, Read, ReadConfig, ReadEvent, Spread, StaticView,
 };
 use peerblock_core::rng::indexed_seed;
 use peerblock_core::time::{Duration, Instant};
@@ -64,16 +64,16 @@ fn measure(spread: Spread) -> Share {
             let (r, id, peer) = entry.remove();
             *view.load.get_mut(&peer).unwrap() -= 1;
             reads[r].handle_get(at, id, GetOutcome::Found(Bytes::from_static(b"b")));
-            while let Some(a) = reads[r].poll_action(at, &view) {
-                assert!(matches!(a, Action::Done(_)));
+            while let Some(a) = reads[r].poll_event(at, &view) {
+                assert!(matches!(a, ReadEvent::Done(_)));
             }
         }
         let r = reads.len();
         reads.push(Read::new(key, cfg.clone(), now, indexed_seed(42, i)).unwrap());
-        while let Some(a) = reads[r].poll_action(now, &view) {
+        while let Some(a) = reads[r].poll_event(now, &view) {
             match a {
-                Action::Lookup => reads[r].handle_lookup(now, &group),
-                Action::Get { id, peer } => {
+                ReadEvent::Lookup => reads[r].handle_lookup(now, &group),
+                ReadEvent::Get { id, peer } => {
                     let load = view.load.entry(peer).or_default();
                     let latency = 20 + 10 * u64::from(*load);
                     *load += 1;
@@ -186,16 +186,16 @@ fn measure_many(spread: Spread, hints: Hints) -> Share {
             *c.in_flight.get_mut(&peer).unwrap() -= 1;
             c.hints.record(at, peer, advertised);
             reads[r].handle_get(at, id, GetOutcome::Found(Bytes::from_static(b"b")));
-            while let Some(a) = reads[r].poll_action(at, &*c) {
-                assert!(matches!(a, Action::Done(_)));
+            while let Some(a) = reads[r].poll_event(at, &*c) {
+                assert!(matches!(a, ReadEvent::Done(_)));
             }
         }
         let r = reads.len();
         let c = &mut clients[r % CLIENTS];
         reads.push(Read::new(key, cfg.clone(), now, indexed_seed(42, i)).unwrap());
-        while let Some(a) = reads[r].poll_action(now, &*c) {
+        while let Some(a) = reads[r].poll_event(now, &*c) {
             match a {
-                Action::Lookup if hints == Hints::PerKey => {
+                ReadEvent::Lookup if hints == Hints::PerKey => {
                     let peers: Vec<LookupPeer> = group
                         .iter()
                         .map(|&p| {
@@ -205,8 +205,8 @@ fn measure_many(spread: Spread, hints: Hints) -> Share {
                         .collect();
                     reads[r].handle_lookup_peers(now, &peers)
                 }
-                Action::Lookup => reads[r].handle_lookup(now, &group),
-                Action::Get { id, peer } => {
+                ReadEvent::Lookup => reads[r].handle_lookup(now, &group),
+                ReadEvent::Get { id, peer } => {
                     counters
                         .entry(peer)
                         .or_insert_with(|| {

@@ -377,6 +377,18 @@ pub enum AbsenceRule {
     AnyCloseGroup,
 }
 
+/// `client.hedge`: which GETs are hedged after `client.hedge_delay_ms`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum HedgePolicy {
+    /// peerblock's rule (`peerblock_core::read::HedgeRule::OnSilence`): only a GET that
+    /// showed no progress (no response head yet) within the delay.
+    OnSilence,
+    /// The reference client's rule (`peerblock_core::read::HedgeRule::AfterDelay`): any
+    /// GET still unanswered after the delay, its body flowing or not.
+    AfterDelay,
+}
+
 /// `[client]`: the reader's policies.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -385,6 +397,10 @@ pub struct Client {
     pub spread: SpreadPolicy,
     /// A second GET is sent if the first has not answered after this long, ms.
     pub hedge_delay_ms: u64,
+    /// Which GETs the hedge delay applies to: `"on-silence"` (peerblock: only a GET whose
+    /// response has not started arriving) or `"after-delay"` (the reference client: any
+    /// GET not finished). See `peerblock_core::read::HedgeRule`.
+    pub hedge: HedgePolicy,
     /// Pause before a read retries after a round that found nothing, ms.
     pub retry_delay_ms: u64,
     /// Times a read waits out live refusals before reporting the holders busy.
@@ -444,6 +460,7 @@ impl Default for Client {
         Client {
             spread: SpreadPolicy::Uniform,
             hedge_delay_ms: 1_000,
+            hedge: HedgePolicy::OnSilence,
             retry_delay_ms: 1_000,
             max_refusal_waits: 3,
             refused_cooldown_secs: 15,
@@ -814,6 +831,20 @@ impl Scenario {
                 "cooldowns must be at least 1 s",
             );
         }
+        if let Err(e) = crate::world::read_config(self).validate() {
+            use peerblock_core::read::ReadConfigError as E;
+            let key = match &e {
+                E::CloseGroupSize(_) => "cluster.close_group",
+                E::TooManyRefusalWaits(_) => "client.max_refusal_waits",
+                E::TooManyRetries(_) => "client.max_plain_retries",
+                E::RefusalCooldownTooLong {
+                    field: "refused_cooldown",
+                    ..
+                } => "client.refused_cooldown_secs",
+                _ => "client",
+            };
+            return bad(key, e.to_string());
+        }
         if cl.lookup_peers < c.close_group {
             return bad(
                 "client.lookup_peers",
@@ -993,6 +1024,26 @@ mod tests {
         assert!(
             e.to_string()
                 .starts_with("f.toml:10: invalid value for `faults[1].factor`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hedge_rule_key_parses_and_defaults_to_on_silence() {
+        let s = Scenario::parse("", "x.toml", "x").unwrap();
+        assert_eq!(s.client.hedge, HedgePolicy::OnSilence);
+        let s = Scenario::parse("[client]\nhedge = \"after-delay\"\n", "x.toml", "x").unwrap();
+        assert_eq!(s.client.hedge, HedgePolicy::AfterDelay);
+        assert!(Scenario::parse("[client]\nhedge = \"sometimes\"\n", "x.toml", "x").is_err());
+    }
+
+    #[test]
+    fn read_config_bounds_are_checked_with_the_scenario() {
+        let e =
+            Scenario::parse("[client]\nrefused_cooldown_secs = 301\n", "a.toml", "a").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("invalid value for `client.refused_cooldown_secs`"),
             "{e}"
         );
     }

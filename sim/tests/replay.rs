@@ -9,6 +9,7 @@ mod common;
 
 use common::{run, shipped};
 use sim::metrics::Summary;
+use sim::scenario::HedgePolicy;
 
 const SEED: u64 = 1;
 
@@ -41,7 +42,8 @@ fn nearest_first_concentrates_and_spreading_brings_it_to_about_a_seventh() {
 #[test]
 fn the_reference_arms_model_the_reference_client() {
     // The knobs, not the outcomes: discovery leaves suppressed endpoints out, a failed
-    // read is told to the user as "not found", silent listeners, no refusal waits.
+    // read is told to the user as "not found", silent listeners, no refusal waits, a hedge
+    // for any GET unanswered after 1 s.
     for name in REFERENCE_OLD_ARMS.iter().chain(&[
         "testnet-ab-new-limits-uniform.toml",
         "testnet-ab-192-readers.toml",
@@ -50,6 +52,7 @@ fn the_reference_arms_model_the_reference_client() {
         assert!(s.client.discovery_skips_suppressed, "{name}");
         assert!(s.client.reports_unavailable_as_not_found, "{name}");
         assert_eq!(s.client.max_refusal_waits, 0, "{name}");
+        assert_eq!(s.client.hedge, HedgePolicy::AfterDelay, "{name}");
     }
     for name in [
         "testnet-ab-peerblock.toml",
@@ -58,6 +61,7 @@ fn the_reference_arms_model_the_reference_client() {
         let s = shipped(name);
         assert!(!s.client.discovery_skips_suppressed, "{name}");
         assert!(!s.client.reports_unavailable_as_not_found, "{name}");
+        assert_eq!(s.client.hedge, HedgePolicy::OnSilence, "{name}");
     }
 }
 

@@ -1,6 +1,7 @@
 //! Read configuration: the reference defaults, named, and validated once.
 
 use crate::placement::DEFAULT_CLOSE_GROUP_SIZE;
+use crate::refusal::{DEFAULT_MAX_RETRY_AFTER, DEFAULT_REFUSED_COOLDOWN};
 use crate::time::Duration;
 
 use super::choice::Spread;
@@ -52,6 +53,28 @@ pub const MAX_REFUSAL_WAITS_LIMIT: u32 = 16;
 /// Upper bound on `max_plain_retries`, for the same reason.
 pub const MAX_PLAIN_RETRIES_LIMIT: u32 = 16;
 
+/// Upper bound on `refused_cooldown` and `max_retry_after`: 5 minutes, twenty times the
+/// reference's 15 s. Each refusal wait can last this long, so with
+/// [`MAX_REFUSAL_WAITS_LIMIT`] waits it bounds how long a read can wait out refusals.
+pub const MAX_REFUSAL_COOLDOWN: Duration = Duration::from_secs(300);
+
+/// When the single GET in flight gets a second GET alongside it (the hedge).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HedgeRule {
+    /// peerblock's rule: hedge a GET only if it showed no progress (no
+    /// [`Read::handle_get_progress`](super::Read::handle_get_progress): no response head,
+    /// no body bytes) within `hedge_delay`. A GET whose bytes are flowing is not hedged
+    /// however long its body takes; a body that stalls later is the GET deadline's (and
+    /// the client exchange's) business. A driver that never reports progress gets the
+    /// reference's behaviour.
+    #[default]
+    OnSilence,
+    /// The reference client's rule, kept so the simulator can replay it: hedge a GET still
+    /// unanswered after `hedge_delay`, whatever its progress. A large block that takes
+    /// longer than the delay to arrive is hedged although its bytes are flowing.
+    AfterDelay,
+}
+
 /// Which `NotFound` answers prove a record absent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Absence {
@@ -67,17 +90,31 @@ pub enum Absence {
     AnyCloseGroup,
 }
 
-/// Rules and timings for one read. `Default` is the reference behaviour.
+/// Rules and timings for one read. `Default` is peerblock's behaviour: the reference's
+/// timings and counts, with peerblock's absence rule ([`Absence::NearestCloseGroup`]) and
+/// hedge rule ([`HedgeRule::OnSilence`]); each field names the reference's value where it
+/// differs.
 #[derive(Clone, Debug)]
 pub struct ReadConfig {
     /// Peers that hold a record; also how many `NotFound`s prove absence (default 7).
     pub close_group_size: usize,
     /// Delay before the hedge GET (default 1 s). See also [`super::HedgeEstimator`].
     pub hedge_delay: Duration,
+    /// Which GETs are hedged after `hedge_delay` (default [`HedgeRule::OnSilence`]; the
+    /// reference's is [`HedgeRule::AfterDelay`]).
+    pub hedge: HedgeRule,
     /// Delay before a retry round and the least a refusal wait lasts (default 1 s).
     pub retry_delay: Duration,
     /// Refusal waits before [`Busy`](super::ReadOutcome::Busy) (default 3).
     pub max_refusal_waits: u32,
+    /// How long this read skips a peer that answered a GET with a refusal carrying no
+    /// `Retry-After` (default [`DEFAULT_REFUSED_COOLDOWN`], 15 s; at most
+    /// [`MAX_REFUSAL_COOLDOWN`]). Use the same value as the driver's cooldown table.
+    pub refused_cooldown: Duration,
+    /// The cap on a peer's `Retry-After` when this read skips it after a refusal (default
+    /// [`DEFAULT_MAX_RETRY_AFTER`], the one 15 s cap; at most [`MAX_REFUSAL_COOLDOWN`]).
+    /// Use the same value as the client's `max_refusal_cooldown` and the cooldown table.
+    pub max_retry_after: Duration,
     /// Retry rounds when nobody refused (default 1).
     pub max_plain_retries: u32,
     /// How first reads choose within the close group (default [`Spread::Uniform`]).
@@ -99,8 +136,11 @@ impl Default for ReadConfig {
         ReadConfig {
             close_group_size: DEFAULT_CLOSE_GROUP_SIZE,
             hedge_delay: DEFAULT_HEDGE_DELAY,
+            hedge: HedgeRule::OnSilence,
             retry_delay: DEFAULT_RETRY_DELAY,
             max_refusal_waits: DEFAULT_MAX_REFUSAL_WAITS,
+            refused_cooldown: DEFAULT_REFUSED_COOLDOWN,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             max_plain_retries: DEFAULT_MAX_PLAIN_RETRIES,
             spread: Spread::Uniform,
             get_timeout: DEFAULT_GET_TIMEOUT,
@@ -124,6 +164,15 @@ pub enum ReadConfigError {
     /// `max_refusal_waits` was above [`MAX_REFUSAL_WAITS_LIMIT`].
     #[error("read config: max_refusal_waits {0} exceeds {MAX_REFUSAL_WAITS_LIMIT}")]
     TooManyRefusalWaits(u32),
+    /// `refused_cooldown` or `max_retry_after` (the named field) was above
+    /// [`MAX_REFUSAL_COOLDOWN`].
+    #[error("read config: {field} {value:?} exceeds {MAX_REFUSAL_COOLDOWN:?}")]
+    RefusalCooldownTooLong {
+        /// The field.
+        field: &'static str,
+        /// The value given.
+        value: Duration,
+    },
     /// `max_plain_retries` was above [`MAX_PLAIN_RETRIES_LIMIT`].
     #[error("read config: max_plain_retries {0} exceeds {MAX_PLAIN_RETRIES_LIMIT}")]
     TooManyRetries(u32),
@@ -140,9 +189,19 @@ impl ReadConfig {
             ("get_timeout", self.get_timeout),
             ("lookup_timeout", self.lookup_timeout),
             ("origin_timeout", self.origin_timeout),
+            ("refused_cooldown", self.refused_cooldown),
+            ("max_retry_after", self.max_retry_after),
         ] {
             if d.is_zero() {
                 return Err(ReadConfigError::ZeroDuration(name));
+            }
+        }
+        for (field, value) in [
+            ("refused_cooldown", self.refused_cooldown),
+            ("max_retry_after", self.max_retry_after),
+        ] {
+            if value > MAX_REFUSAL_COOLDOWN {
+                return Err(ReadConfigError::RefusalCooldownTooLong { field, value });
             }
         }
         if self.max_refusal_waits > MAX_REFUSAL_WAITS_LIMIT {

@@ -4,17 +4,18 @@ use smallvec::SmallVec;
 
 use crate::placement::{Key, PeerId};
 use crate::rng::{seeded, ChaCha8Rng};
-use crate::time::{Duration, Instant};
+use crate::time::{Deadline, Duration, Instant};
 
 use super::candidates::{Candidates, Tried};
 use super::choice::ChoiceOption;
-use super::config::{Absence, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
+use super::config::{
+    Absence, HedgeRule, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT,
+};
 use super::lookup::LookupPeer;
-use super::outcome::{Action, GetId, GetOutcome, OriginOutcome, ReadOutcome};
-use super::timers::{Timer, Timers};
+use super::outcome::{GetId, GetOutcome, OriginOutcome, ReadEvent, ReadOutcome};
+use super::timers::{ReadTimer, Timer, Timers};
 use super::view::PeerView;
 use crate::placement::Distance;
-use crate::refusal::{DEFAULT_MAX_RETRY_AFTER, DEFAULT_REFUSED_COOLDOWN};
 
 /// Most peers one round remembers as skipped for a refusal (beyond refused candidates).
 /// Bounded like the candidate list: a view listing thousands of refusals costs the read no
@@ -22,19 +23,22 @@ use crate::refusal::{DEFAULT_MAX_RETRY_AFTER, DEFAULT_REFUSED_COOLDOWN};
 /// count as possible holders.
 pub const MAX_SKIPPED: usize = MAX_CANDIDATES;
 
-/// One GET in flight.
+/// One GET in flight. Its deadline is the timer row of its slot ([`Timer::Get`]).
 #[derive(Clone, Copy, Debug)]
 struct InFlight {
     id: GetId,
     peer: PeerId,
     sent_at: Instant,
-    deadline: Instant,
+    /// Its row in the timer table, `0..MAX_GETS_IN_FLIGHT`, distinct among GETs in flight.
+    slot: usize,
+    /// Whether the driver reported progress (response head or body bytes).
+    progressed: bool,
 }
 
 /// Where the read is.
 #[derive(Clone, Debug)]
 enum Phase {
-    /// A round is about to start: the next action is its lookup.
+    /// A round is about to start: the next event is its lookup.
     Start,
     /// A round is running: GETs go out as candidates allow.
     Round {
@@ -62,6 +66,8 @@ pub struct ReadStats {
     pub gets: u32,
     /// Hedge GETs sent (a second GET while one was in flight).
     pub hedges: u32,
+    /// GETs that reported progress ([`Read::handle_get_progress`]) while in flight.
+    pub progressed: u32,
     /// Waits for refusing possible holders.
     pub refusal_waits: u32,
     /// Retry pauses with nobody refusing.
@@ -72,44 +78,56 @@ pub struct ReadStats {
 ///
 /// # What it does
 ///
-/// Each round starts with a lookup ([`Action::Lookup`]). GETs go first to the close group
+/// Each round starts with a lookup ([`ReadEvent::Lookup`]). GETs go first to the close group
 /// as currently known (the nearest `close_group_size` candidates), picked among the members
 /// not yet asked by the configured [`Spread`](super::Spread); past the close group, nearest
 /// first. Peers the [`PeerView`] calls ineligible or refusing are never asked. A single
-/// GET unanswered after the hedge delay gets a second one alongside; never more than
-/// [`MAX_GETS_IN_FLIGHT`]. The first `Found` ends the read (the other GET is cancelled).
-/// A round that finds nothing ends, in this order: waiting out refusing possible holders
-/// (up to `max_refusal_waits`, then [`ReadOutcome::Busy`]); [`ReadOutcome::Absent`] if a
-/// close group's worth of peers answered `NotFound`; one retry round after
-/// `retry_delay`; then [`ReadOutcome::Unavailable`]. With `origin` configured, a read that
-/// peers cannot serve ends with [`Action::FetchOrigin`]. `docs/read.md` has the full rules.
+/// GET still silent after the hedge delay (or, under [`HedgeRule::AfterDelay`], merely
+/// unanswered) gets a second one alongside; never more than [`MAX_GETS_IN_FLIGHT`]. The
+/// first `Found` ends the read (the other GET is cancelled). A round that finds nothing
+/// ends, in this order: waiting out refusing possible holders (up to `max_refusal_waits`,
+/// then [`ReadOutcome::Busy`]); [`ReadOutcome::Absent`] if a close group's worth of peers
+/// answered `NotFound`; one retry round after `retry_delay`; then
+/// [`ReadOutcome::Unavailable`]. With `origin` configured, a read that peers cannot serve
+/// ends with [`ReadEvent::FetchOrigin`]. `docs/read.md` has the full rules.
 ///
 /// # Driving contract
 ///
 /// - Inputs: [`handle_lookup`](Self::handle_lookup) (and optionally
 ///   [`handle_lookup_progress`](Self::handle_lookup_progress) for early reads),
-///   [`handle_get`](Self::handle_get), [`handle_origin`](Self::handle_origin),
-///   [`handle_timeout`](Self::handle_timeout). Each takes `now`.
-/// - Outputs: after every input (and after construction), call
-///   [`poll_action`](Self::poll_action) until it returns `None`, then arm a timer for
-///   [`poll_timeout`](Self::poll_timeout). Decisions are taken inside `poll_action`, which
+///   [`handle_get_progress`](Self::handle_get_progress), [`handle_get`](Self::handle_get),
+///   [`handle_origin`](Self::handle_origin), [`handle_timeout`](Self::handle_timeout) and
+///   [`cancel`](Self::cancel). Each takes `now`.
+/// - Events: after every input (and after construction), call
+///   [`poll_event`](Self::poll_event) until it returns `None`, then arm a timer for
+///   [`poll_timeout`](Self::poll_timeout). Decisions are taken inside `poll_event`, which
 ///   is why it takes the [`PeerView`]: eligibility, refusals and load are read at that
-///   moment. [`Action::Done`] is emitted exactly once, last; afterwards `poll_action`
-///   and `poll_timeout` return `None` and inputs are ignored.
-/// - Lookups: answer [`Action::Lookup`] with `handle_lookup(now, peers)` (any order, any
+///   moment. [`ReadEvent::Done`] is emitted exactly once, last; from then on
+///   [`is_finished`](Self::is_finished) is true, `poll_event` and `poll_timeout` return
+///   `None` and inputs are ignored.
+/// - Lookups: answer [`ReadEvent::Lookup`] with `handle_lookup(now, peers)` (any order, any
 ///   count; the read keeps the nearest [`MAX_CANDIDATES`]). An integrator that already
 ///   knows the candidates (roster placement) may call `handle_lookup` before the first
-///   `poll_action`; that round then emits no `Lookup`. Results arriving outside a round
+///   `poll_event`; that round then emits no `Lookup`. Results arriving outside a round
 ///   are ignored.
-/// - GETs: answer each [`Action::Get`] exactly once with `handle_get(now, id, outcome)`,
-///   unless it was cancelled ([`Action::Cancel`]); late or unknown ids are ignored. A GET
-///   the driver never answers is abandoned after `get_timeout` (with a `Cancel`).
+/// - GETs: answer each [`ReadEvent::Get`] exactly once with `handle_get(now, id, outcome)`,
+///   unless it was cancelled ([`ReadEvent::Cancel`]); late or unknown ids are ignored.
+///   Report `handle_get_progress(now, id)` when the GET's response head arrives (and, if
+///   convenient, as body bytes flow; repeats are harmless): under the default
+///   [`HedgeRule::OnSilence`] only a silent GET is hedged. A GET the driver never answers
+///   is abandoned at its deadline, `get_timeout` after it was sent ([`ReadTimer::Get`],
+///   then a `Cancel`).
 /// - Time: `handle_timeout(now)` at or after the `poll_timeout` deadline; a spurious or
-///   early call is harmless. `poll_timeout` never returns a deadline that stays in the past
+///   early call is harmless. `poll_timeout` gives the earliest deadline of the timer table
+///   and its reason ([`ReadTimer`]); it never returns a deadline that stays in the past
 ///   after `handle_timeout`. Time must not go backwards; if it does, the machine uses the
 ///   latest instant it has seen instead (it never panics).
+/// - End of life: `cancel(now)` ends the read at once: a `Cancel` for every GET in flight,
+///   then `Done(`[`ReadOutcome::Cancelled`]`)`. It is idempotent and does nothing once the
+///   read has its outcome (a pending `Done` is still emitted as it was). An outstanding
+///   origin fetch is the driver's to drop; its answer is ignored.
 /// - Randomness: the machine owns a ChaCha8 generator seeded in [`Read::new`], drawn only
-///   by the spreading choice. Same seed, same inputs, same view answers: same actions.
+///   by the spreading choice. Same seed, same inputs, same view answers: same events.
 #[derive(Clone, Debug)]
 pub struct Read {
     key: Key,
@@ -183,8 +201,8 @@ impl Read {
         self.in_flight.len()
     }
 
-    /// Whether `Done` has been emitted.
-    pub fn is_done(&self) -> bool {
+    /// Whether `Done` has been emitted: the read is over and ignores every input.
+    pub fn is_finished(&self) -> bool {
         matches!(self.phase, Phase::Finished(None))
     }
 
@@ -221,7 +239,7 @@ impl Read {
     }
 
     /// The lookup's answer: the peers discovery found, in any order. Completes the round's
-    /// lookup. See the driving contract for calls before the first `poll_action`.
+    /// lookup. See the driving contract for calls before the first `poll_event`.
     pub fn handle_lookup(&mut self, now: Instant, peers: &[PeerId]) {
         self.lookup(now, peers.iter().map(|&p| (p, None)));
     }
@@ -271,6 +289,7 @@ impl Read {
             return;
         };
         let get = self.in_flight.remove(pos);
+        self.timers.clear(Timer::Get(get.slot));
         match outcome {
             GetOutcome::Found(bytes) => {
                 for other in self.in_flight.drain(..) {
@@ -283,8 +302,8 @@ impl Read {
             GetOutcome::NotFound => self.candidates.set(&get.peer, Tried::NotFound),
             GetOutcome::Refused { retry_after } => {
                 let cooldown = retry_after
-                    .map(|ra| ra.min(DEFAULT_MAX_RETRY_AFTER))
-                    .unwrap_or(DEFAULT_REFUSED_COOLDOWN);
+                    .map(|ra| ra.min(self.config.max_retry_after))
+                    .unwrap_or(self.config.refused_cooldown);
                 self.candidates.set(
                     &get.peer,
                     Tried::Refused {
@@ -297,7 +316,43 @@ impl Read {
         self.rearm_hedge();
     }
 
-    /// The origin's answer to [`Action::FetchOrigin`]. Ignored unless one is outstanding.
+    /// Progress on GET `id`: its response head arrived, or body bytes are flowing. Under
+    /// [`HedgeRule::OnSilence`] a GET that progressed is never hedged (a pending hedge
+    /// that has not gone out yet is dropped); under [`HedgeRule::AfterDelay`] progress
+    /// changes nothing. Unknown, cancelled, answered or repeated ids are ignored.
+    pub fn handle_get_progress(&mut self, now: Instant, id: GetId) {
+        self.clock(now);
+        let Some(get) = self.in_flight.iter_mut().find(|g| g.id == id) else {
+            return;
+        };
+        if get.progressed {
+            return;
+        }
+        get.progressed = true;
+        self.stats.progressed += 1;
+        if self.config.hedge == HedgeRule::OnSilence {
+            self.rearm_hedge();
+        }
+    }
+
+    /// Ends the read now, whatever it was doing: every GET in flight is cancelled
+    /// ([`ReadEvent::Cancel`]) and the read finishes with [`ReadOutcome::Cancelled`]. Drain
+    /// [`poll_event`](Self::poll_event) afterwards as after any input. Idempotent: once the
+    /// read has an outcome (cancelled or not) this does nothing.
+    pub fn cancel(&mut self, now: Instant) {
+        self.clock(now);
+        if matches!(self.phase, Phase::Finished(_)) {
+            return;
+        }
+        for get in self.in_flight.drain(..) {
+            self.cancels.push(get.id);
+        }
+        self.timers = Timers::default();
+        self.hedge_due = false;
+        self.phase = Phase::Finished(Some(ReadOutcome::Cancelled));
+    }
+
+    /// The origin's answer to [`ReadEvent::FetchOrigin`]. Ignored unless one is outstanding.
     pub fn handle_origin(&mut self, now: Instant, outcome: OriginOutcome) {
         self.clock(now);
         if let Phase::Origin {
@@ -324,7 +379,10 @@ impl Read {
         // GETs unanswered for too long are abandoned.
         let mut i = 0;
         while i < self.in_flight.len() {
-            if self.in_flight[i].deadline <= now {
+            if self
+                .timers
+                .take_expired(Timer::Get(self.in_flight[i].slot), now)
+            {
                 let get = self.in_flight.remove(i);
                 self.candidates.set(&get.peer, Tried::Failed);
                 self.cancels.push(get.id);
@@ -357,10 +415,12 @@ impl Read {
     }
 
     /// Keeps the hedge timer consistent with the GETs in flight: armed for the single GET
-    /// in flight (at its send time plus the hedge delay), disarmed otherwise.
+    /// in flight (at its send time plus the hedge delay) if the [`HedgeRule`] lets it be
+    /// hedged, disarmed otherwise.
     fn rearm_hedge(&mut self) {
+        let rule = self.config.hedge;
         match self.in_flight.as_slice() {
-            [only] => {
+            [only] if rule == HedgeRule::AfterDelay || !only.progressed => {
                 if self.timers.get(Timer::Hedge).is_none() && !self.hedge_due {
                     self.timers
                         .set(Timer::Hedge, only.sent_at + self.config.hedge_delay);
@@ -373,31 +433,41 @@ impl Read {
         }
     }
 
-    /// The earliest deadline at which [`handle_timeout`](Self::handle_timeout) has work.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    /// The earliest deadline at which [`handle_timeout`](Self::handle_timeout) has work,
+    /// and its reason. `None` once the read has its outcome.
+    pub fn poll_timeout(&self) -> Option<Deadline<ReadTimer>> {
         if matches!(self.phase, Phase::Finished(_)) {
             return None;
         }
-        let gets = self.in_flight.iter().map(|g| g.deadline).min();
-        match (self.timers.earliest(), gets) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let (at, timer) = self.timers.earliest()?;
+        let timer = match timer {
+            Timer::Lookup => ReadTimer::Lookup,
+            Timer::Hedge => ReadTimer::Hedge,
+            Timer::Wait => ReadTimer::Wait,
+            Timer::Origin => ReadTimer::Origin,
+            Timer::Get(slot) => {
+                let get = self.in_flight.iter().find(|g| g.slot == slot);
+                // A GET row is set exactly while its slot holds a GET in flight.
+                debug_assert!(get.is_some(), "GET timer without its GET");
+                ReadTimer::Get(get.map_or(GetId(u32::MAX), |g| g.id))
+            }
+        };
+        Some(Deadline { at, timer })
     }
 
-    /// The next action for the driver, deciding with `view`'s current answers. Call until
+    /// The next event for the driver, deciding with `view`'s current answers. Call until
     /// `None` after every input.
     #[must_use]
-    pub fn poll_action(&mut self, now: Instant, view: &impl PeerView) -> Option<Action> {
+    pub fn poll_event(&mut self, now: Instant, view: &impl PeerView) -> Option<ReadEvent> {
         let now = self.clock(now);
         if !self.cancels.is_empty() {
-            return Some(Action::Cancel {
+            return Some(ReadEvent::Cancel {
                 id: self.cancels.remove(0),
             });
         }
         loop {
             match &mut self.phase {
-                Phase::Finished(outcome) => return outcome.take().map(Action::Done),
+                Phase::Finished(outcome) => return outcome.take().map(ReadEvent::Done),
                 Phase::Waiting => return None,
                 Phase::Origin { requested, .. } => {
                     if *requested {
@@ -406,14 +476,14 @@ impl Read {
                     *requested = true;
                     self.timers
                         .set(Timer::Origin, now + self.config.origin_timeout);
-                    return Some(Action::FetchOrigin);
+                    return Some(ReadEvent::FetchOrigin);
                 }
                 Phase::Start => {
                     self.start_round(false);
                     self.snapshot_refusals(now, view);
                     self.timers
                         .set(Timer::Lookup, now + self.config.lookup_timeout);
-                    return Some(Action::Lookup);
+                    return Some(ReadEvent::Lookup);
                 }
                 Phase::Round { lookup_done } => {
                     let lookup_done = *lookup_done;
@@ -496,7 +566,7 @@ impl Read {
         Some(options[pick].0)
     }
 
-    fn send(&mut self, now: Instant, index: usize) -> Action {
+    fn send(&mut self, now: Instant, index: usize) -> ReadEvent {
         let peer = self.candidates.as_slice()[index].peer;
         self.candidates.set_at(index, Tried::InFlight);
         let id = GetId(self.next_get);
@@ -505,16 +575,22 @@ impl Read {
             self.stats.hedges += 1;
         }
         self.stats.gets += 1;
+        let slot = (0..MAX_GETS_IN_FLIGHT)
+            .find(|&slot| self.in_flight.iter().all(|g| g.slot != slot))
+            .expect("may_send admits a GET only while a slot is free");
         self.in_flight.push(InFlight {
             id,
             peer,
             sent_at: now,
-            deadline: now + self.config.get_timeout,
+            slot,
+            progressed: false,
         });
+        self.timers
+            .set(Timer::Get(slot), now + self.config.get_timeout);
         self.hedge_due = false;
         self.timers.clear(Timer::Hedge);
         self.rearm_hedge();
-        Action::Get { id, peer }
+        ReadEvent::Get { id, peer }
     }
 
     /// A round ended without finding the record. Decide: wait out refusals, Busy, Absent,

@@ -13,7 +13,8 @@
 //! - [`view`]: [`PeerView`], the driver's breaker/cooldown/load knowledge the machine asks
 //!   at decision time, its implementation for [`CooldownTable`](crate::cooldown::CooldownTable),
 //!   and [`StaticView`] for tests and simulations.
-//! - [`outcome`]: [`Action`], [`GetOutcome`], [`OriginOutcome`], [`ReadOutcome`].
+//! - [`outcome`]: [`ReadEvent`], [`GetOutcome`], [`OriginOutcome`], [`ReadOutcome`].
+//! - [`ReadTimer`]: the kinds of deadline a read keeps (its timer table is data).
 //! - [`lookup`]: [`LookupPeer`], a lookup's peer with its optional per-key load hint.
 //! - [`hedge`]: [`HedgeEstimator`], the optional adaptive hedge delay.
 
@@ -28,9 +29,13 @@ mod timers;
 pub mod view;
 
 pub use choice::{ChoiceOption, CustomChoice, Scoring, Spread};
-pub use config::{Absence, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT};
+pub use config::{
+    Absence, HedgeRule, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT,
+    MAX_REFUSAL_COOLDOWN,
+};
 pub use hedge::HedgeEstimator;
 pub use lookup::LookupPeer;
 pub use machine::{Read, ReadStats, MAX_SKIPPED};
-pub use outcome::{Action, GetId, GetOutcome, OriginOutcome, ReadOutcome};
+pub use outcome::{GetId, GetOutcome, OriginOutcome, ReadEvent, ReadOutcome};
+pub use timers::ReadTimer;
 pub use view::{PeerView, StaticView};

@@ -1,5 +1,5 @@
-//! What goes into and comes out of a [`Read`](super::Read): GET outcomes in, actions and
-//! the final [`ReadOutcome`] out.
+//! What goes into and comes out of a [`Read`](super::Read): GET outcomes in, events (the
+//! driver's work orders) and the final [`ReadOutcome`] out.
 
 use bytes::Bytes;
 
@@ -57,6 +57,9 @@ pub enum ReadOutcome {
     /// Not enough holders could be reached (timeouts, dial failures, open circuits, too
     /// few candidates) to prove anything.
     Unavailable,
+    /// The driver cancelled the read ([`Read::cancel`](super::Read::cancel)) before it had
+    /// an outcome. Proves nothing about the record.
+    Cancelled,
 }
 
 impl ReadOutcome {
@@ -69,9 +72,10 @@ impl ReadOutcome {
     }
 }
 
-/// What the machine asks its driver to do next.
+/// What the machine asks its driver to do next (drained with
+/// [`Read::poll_event`](super::Read::poll_event)).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum ReadEvent {
     /// Start a lookup (discovery) for this read's key. Answer with
     /// [`Read::handle_lookup`](super::Read::handle_lookup) (and, optionally, earlier partial
     /// results with [`Read::handle_lookup_progress`](super::Read::handle_lookup_progress)).
@@ -84,8 +88,9 @@ pub enum Action {
         /// Where to send it.
         peer: PeerId,
     },
-    /// Abandon GET `id`: the read no longer needs its answer (found elsewhere, or the GET
-    /// outlived its timeout). An answer arriving afterwards is ignored.
+    /// Abandon GET `id`: the read no longer needs its answer (found elsewhere, the GET
+    /// outlived its timeout, or the read was cancelled). An answer arriving afterwards is
+    /// ignored.
     Cancel {
         /// The GET to abandon.
         id: GetId,
@@ -93,6 +98,7 @@ pub enum Action {
     /// Fetch the record from the configured origin; answer with
     /// [`Read::handle_origin`](super::Read::handle_origin).
     FetchOrigin,
-    /// The read is over. Emitted exactly once, last.
+    /// The read is over. Emitted exactly once, last (after the `Cancel`s of any GETs still
+    /// in flight).
     Done(ReadOutcome),
 }

@@ -3,7 +3,7 @@
 //! The machine owns no breaker, no cooldown table and no load counters: those are shared by
 //! every read (and every exchange) of a client, so the driver owns them and answers for
 //! them through this trait. The machine asks only while deciding (in
-//! [`Read::poll_action`](super::Read::poll_action)), so the answers are always current.
+//! [`Read::poll_event`](super::Read::poll_event)), so the answers are always current.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -2,15 +2,15 @@
 #![allow(dead_code)]
 
 use peerblock_core::placement::{Key, PeerId};
-use peerblock_core::read::{Action, PeerView, Read};
+use peerblock_core::read::{PeerView, Read, ReadEvent};
 use peerblock_core::time::Instant;
 
 /// Every action the read has for the driver right now.
-pub fn drain(read: &mut Read, now: Instant, view: &impl PeerView) -> Vec<Action> {
+pub fn drain(read: &mut Read, now: Instant, view: &impl PeerView) -> Vec<ReadEvent> {
     let mut out = Vec::new();
-    while let Some(a) = read.poll_action(now, view) {
+    while let Some(a) = read.poll_event(now, view) {
         out.push(a);
-        assert!(out.len() < 1_000, "poll_action never ran dry");
+        assert!(out.len() < 1_000, "poll_event never ran dry");
     }
     out
 }
@@ -22,11 +22,11 @@ pub fn key_and_peers(n: u64) -> (Key, Vec<PeerId>) {
 }
 
 /// The GETs among `actions`.
-pub fn gets(actions: &[Action]) -> Vec<(peerblock_core::read::GetId, PeerId)> {
+pub fn gets(actions: &[ReadEvent]) -> Vec<(peerblock_core::read::GetId, PeerId)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Get { id, peer } => Some((*id, *peer)),
+            ReadEvent::Get { id, peer } => Some((*id, *peer)),
             _ => None,
         })
         .collect()

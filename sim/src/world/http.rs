@@ -754,6 +754,10 @@ impl World<'_> {
             }
             return;
         };
+        if !bytes.is_empty() {
+            // The response's first bytes reach the client: progress for the read's hedge.
+            self.get_progress(g);
+        }
         let h = self
             .gets
             .get_mut(g)

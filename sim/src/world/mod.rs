@@ -17,7 +17,7 @@
 use std::io::Write;
 
 use peerblock_core::client::{Ending, ExchangeError};
-use peerblock_core::read::{Absence, GetId, Read, ReadConfig, Spread};
+use peerblock_core::read::{Absence, GetId, HedgeRule, Read, ReadConfig, Spread};
 use peerblock_core::refusal::PeerRefusal;
 use peerblock_core::rng::{child_seed, seeded, Rng};
 use peerblock_core::time::{Duration, Instant};
@@ -30,7 +30,7 @@ use crate::model::node::{Health, Node};
 use crate::model::reader::Reader;
 use crate::net::LatencyModel;
 use crate::queue::EventQueue;
-use crate::scenario::{AbsenceRule, Fault, Scenario, SpreadPolicy, Transport};
+use crate::scenario::{AbsenceRule, Fault, HedgePolicy, Scenario, SpreadPolicy, Transport};
 use crate::slab::{Handle, Slab};
 use crate::trace;
 use crate::trace::Trace;
@@ -74,9 +74,16 @@ pub fn read_config(s: &Scenario) -> ReadConfig {
     ReadConfig {
         close_group_size: s.cluster.close_group as usize,
         hedge_delay: Duration::from_millis(c.hedge_delay_ms),
+        hedge: match c.hedge {
+            HedgePolicy::OnSilence => HedgeRule::OnSilence,
+            HedgePolicy::AfterDelay => HedgeRule::AfterDelay,
+        },
         retry_delay: Duration::from_millis(c.retry_delay_ms),
         max_refusal_waits: c.max_refusal_waits,
         max_plain_retries: c.max_plain_retries,
+        // The read skips a peer that refused it as long as the reader's cooldown table
+        // does; the cap on a peer's Retry-After stays core's one 15 s default.
+        refused_cooldown: Duration::from_secs(c.refused_cooldown_secs),
         spread: match c.spread {
             SpreadPolicy::Nearest => Spread::Nearest,
             SpreadPolicy::Uniform => Spread::Uniform,
@@ -414,6 +421,7 @@ impl<'s> World<'s> {
             Ev::RequestArrive { get } => self.request_arrive(get),
             Ev::FirstByte { get } => {
                 self.hear_load(get);
+                self.get_progress(get);
                 if let Some(g) = self.gets.get_mut(get) {
                     if g.phase == Phase::Requested {
                         g.phase = Phase::Transferring;

@@ -1,7 +1,7 @@
 //! Downloads and block reads: starting them, driving each core read machine (lookups,
 //! GETs, cancels, timers) and recording how they end.
 
-use peerblock_core::read::{Action, LookupPeer, OriginOutcome, Read, ReadOutcome};
+use peerblock_core::read::{LookupPeer, OriginOutcome, Read, ReadEvent, ReadOutcome};
 use peerblock_core::rng::indexed_seed;
 
 use super::{ms, Download, Ev, ReadState, World};
@@ -67,28 +67,28 @@ impl World<'_> {
         self.drive(h);
     }
 
-    /// Drains the read machine's actions and arms its timer.
+    /// Drains the read machine's events and arms its timer.
     pub(super) fn drive(&mut self, h: Handle) {
         loop {
-            let action = {
+            let event = {
                 let Some(rs) = self.reads.get_mut(h) else {
                     return;
                 };
                 rs.machine
-                    .poll_action(self.now, &self.readers[rs.reader as usize])
+                    .poll_event(self.now, &self.readers[rs.reader as usize])
             };
-            match action {
+            match event {
                 None => break,
-                Some(Action::Lookup) => self.start_lookup(h),
-                Some(Action::Get { id, peer }) => self.start_get(h, id, node_of(&peer)),
-                Some(Action::Cancel { id }) => self.cancel_get(h, id),
-                Some(Action::FetchOrigin) => {
+                Some(ReadEvent::Lookup) => self.start_lookup(h),
+                Some(ReadEvent::Get { id, peer }) => self.start_get(h, id, node_of(&peer)),
+                Some(ReadEvent::Cancel { id }) => self.cancel_get(h, id),
+                Some(ReadEvent::FetchOrigin) => {
                     // Scenarios configure no origin; answer honestly if one is ever asked.
                     if let Some(rs) = self.reads.get_mut(h) {
                         rs.machine.handle_origin(self.now, OriginOutcome::Failed);
                     }
                 }
-                Some(Action::Done(outcome)) => {
+                Some(ReadEvent::Done(outcome)) => {
                     self.finish_read(h, outcome);
                     return;
                 }
@@ -97,13 +97,27 @@ impl World<'_> {
         let Some(rs) = self.reads.get_mut(h) else {
             return;
         };
-        if let Some(t) = rs.machine.poll_timeout() {
-            let t = t.max(self.now);
+        if let Some(deadline) = rs.machine.poll_timeout() {
+            let t = deadline.at.max(self.now);
             if rs.armed.is_none_or(|a| t < a || a < self.now) {
                 rs.armed = Some(t);
                 self.queue.push(t, Ev::ReadTimer { read: h });
             }
         }
+    }
+
+    /// GET `g`'s response has started arriving at its reader (the modelled path's first
+    /// byte, the HTTP path's first response bytes): progress for the read's hedge rule.
+    pub(super) fn get_progress(&mut self, g: Handle) {
+        let Some(get) = self.gets.get(g) else {
+            return;
+        };
+        let (h, id) = (get.read, get.id);
+        let Some(rs) = self.reads.get_mut(h) else {
+            return;
+        };
+        rs.machine.handle_get_progress(self.now, id);
+        self.drive(h);
     }
 
     pub(super) fn read_timer(&mut self, h: Handle) {
@@ -200,6 +214,8 @@ impl World<'_> {
                 m.reads_busy += 1;
                 false
             }
+            // The simulator never cancels a read; counted as a failure if it ever does.
+            ReadOutcome::Cancelled => false,
             ReadOutcome::Unavailable => {
                 m.reads_unavailable += 1;
                 if self.s.client.reports_unavailable_as_not_found {
@@ -216,6 +232,7 @@ impl World<'_> {
             ReadOutcome::Absent => "absent",
             ReadOutcome::Busy => "busy",
             ReadOutcome::Unavailable => "unavailable",
+            ReadOutcome::Cancelled => "cancelled",
         };
         trace!(
             self.trace,
