@@ -545,7 +545,11 @@ fn roster_model(tree: &Json) -> Option<Roster> {
         } else if go_folds_to(k, "members") {
             match v {
                 Json::Null => members = Some(Vec::new()),
-                Json::Arr(items) => members = Some(items.iter().collect()),
+                // A value of the wrong type is an error even in an array a later key
+                // replaces (Go's Unmarshal reports it too).
+                Json::Arr(items) if items.iter().all(member_types_ok) => {
+                    members = Some(items.iter().collect())
+                }
                 _ => return None,
             }
         }
@@ -603,6 +607,21 @@ fn roster_model(tree: &Json) -> Option<Roster> {
     Some(Roster {
         epoch,
         members: out,
+    })
+}
+
+/// Whether a members-array element has the member shape: an object whose id and address
+/// are strings or `null` and whose weight is a number or `null` (other keys: anything).
+fn member_types_ok(m: &Json) -> bool {
+    let Json::Obj(fields) = m else { return false };
+    fields.iter().all(|(k, v)| {
+        if go_folds_to(k, "id") || go_folds_to(k, "addr") {
+            matches!(v, Json::Str(_) | Json::Null)
+        } else if go_folds_to(k, "weight") {
+            matches!(v, Json::Num(_) | Json::Null)
+        } else {
+            true
+        }
     })
 }
 

@@ -175,7 +175,9 @@ impl<'de> Deserialize<'de> for KeyText<'de> {
 }
 
 /// The members array: keeps at most [`MAX_ROSTER_MEMBERS`] and counts the rest, so a
-/// hostile body cannot make the decoder hold more than the bound.
+/// hostile body cannot make the decoder hold more than the bound. Every element is decoded
+/// (one at a time, the excess dropped at once), so an element of the wrong shape is an
+/// error wherever it sits.
 struct MembersSeed<'a>(&'a mut RawRoster);
 
 impl<'de> DeserializeSeed<'de> for MembersSeed<'_> {
@@ -206,14 +208,9 @@ impl<'de> Visitor<'de> for MembersSeed<'_> {
         let raw = self.0;
         raw.members.clear();
         raw.members_listed = 0;
-        loop {
+        while let Some(m) = seq.next_element::<RawMember>()? {
             if raw.members_listed < MAX_ROSTER_MEMBERS {
-                match seq.next_element::<RawMember>()? {
-                    Some(m) => raw.members.push(m),
-                    None => break,
-                }
-            } else if seq.next_element::<IgnoredAny>()?.is_none() {
-                break;
+                raw.members.push(m);
             }
             raw.members_listed += 1;
         }

@@ -714,6 +714,26 @@ mod tests {
     }
 
     #[test]
+    fn a_wrongly_typed_value_is_an_error_even_where_a_later_key_replaces_it() {
+        // Go's Unmarshal reports a type mismatch even when a later key overwrites the field.
+        let body =
+            br#"{"Epoch":"2","Members":[{"ID":"a","Addr":"h:1","Weight":"b"}],"Members":null}"#;
+        assert!(matches!(
+            Roster::from_json(body),
+            Err(RosterDecodeError::Json(_))
+        ));
+        // Past the member bound, elements are still decoded (and dropped), so a bad one is
+        // malformed rather than merely counted.
+        let mut items = vec![r#"{"id":"a","addr":"h:1","weight":1}"#; MAX_ROSTER_MEMBERS + 1];
+        items.push("7");
+        let body = format!(r#"{{"epoch":"1","members":[{}]}}"#, items.join(","));
+        assert!(matches!(
+            Roster::from_json(body.as_bytes()),
+            Err(RosterDecodeError::Json(_))
+        ));
+    }
+
+    #[test]
     fn we_write_lower_case_keys() {
         let json = String::from_utf8(
             Roster {
