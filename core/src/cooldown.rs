@@ -14,16 +14,16 @@
 //! end at their expiry instant (an entry recorded at `t` for 15 s suppresses up to but not
 //! including `t + 15 s`), and every operation that takes `now` treats ended entries as gone;
 //! [`CooldownTable::purge`] drops them from memory. Operations are `O(log n)`: the table
-//! keeps a second index ordered by expiry, so eviction and purging never scan.
+//! keeps a second index ordered by expiry (the crate's private timed map, shared with the
+//! load table), so eviction and purging never scan.
 //!
 //! The table is generic over the endpoint key `E`: drivers use a socket address or string,
 //! the simulator a node index, the read machine's [`PeerView`](crate::read::PeerView) a
 //! [`PeerId`](crate::placement::PeerId).
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use crate::refusal::{DEFAULT_MAX_RETRY_AFTER, DEFAULT_REFUSED_COOLDOWN};
 use crate::time::{Duration, Instant};
+use crate::timed::TimedMap;
 
 /// How long an endpoint whose dial failed is skipped: the reference dial-failure cooldown.
 /// A failed dial cost a full timeout; trying again soon would cost another.
@@ -88,19 +88,12 @@ pub enum CooldownConfigError {
     ZeroCapacity,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    until: Instant,
-    kind: Suppression,
-}
-
 /// The bounded suppression table. See the module docs.
 #[derive(Clone, Debug)]
 pub struct CooldownTable<E: Ord + Clone> {
     config: CooldownConfig,
-    entries: BTreeMap<E, Entry>,
-    /// The same entries ordered by expiry, for eviction and purging without scans.
-    by_expiry: BTreeSet<(Instant, E)>,
+    /// Endpoint → why it is skipped, stamped with the instant the suppression ends.
+    entries: TimedMap<E, Suppression>,
 }
 
 impl<E: Ord + Clone> CooldownTable<E> {
@@ -110,9 +103,8 @@ impl<E: Ord + Clone> CooldownTable<E> {
             return Err(CooldownConfigError::ZeroCapacity);
         }
         Ok(CooldownTable {
+            entries: TimedMap::new(config.capacity),
             config,
-            entries: BTreeMap::new(),
-            by_expiry: BTreeSet::new(),
         })
     }
 
@@ -149,35 +141,22 @@ impl<E: Ord + Clone> CooldownTable<E> {
         if until <= now {
             return; // a zero cooldown suppresses nothing
         }
-        if self.entries.len() >= self.config.capacity {
-            let first = self.by_expiry.first().cloned();
-            if let Some((first_until, first_e)) = first {
-                if first_until > until {
-                    return; // the newcomer is the earliest to expire: it is the one evicted
-                }
-                self.by_expiry.remove(&(first_until, first_e.clone()));
-                self.entries.remove(&first_e);
-            }
+        if self.entries.is_full() && self.entries.earliest().is_some_and(|first| first > until) {
+            return; // the newcomer is the earliest to expire: it is the one evicted
         }
-        self.by_expiry.insert((until, endpoint.clone()));
-        self.entries.insert(endpoint, Entry { until, kind });
+        // Full, the entry expiring first makes room.
+        self.entries.insert(endpoint, until, kind);
     }
 
     /// Forgets `endpoint` (a later dial succeeded). Returns whether it was held.
     pub fn remove(&mut self, endpoint: &E) -> bool {
-        match self.entries.remove(endpoint) {
-            Some(old) => {
-                self.by_expiry.remove(&(old.until, endpoint.clone()));
-                true
-            }
-            None => false,
-        }
+        self.entries.remove(endpoint).is_some()
     }
 
     /// Why and for how much longer `endpoint` is skipped at `now`, if it is.
     pub fn suppression(&self, now: Instant, endpoint: &E) -> Option<(Suppression, Duration)> {
-        let e = self.entries.get(endpoint)?;
-        (e.until > now).then(|| (e.kind, e.until - now))
+        let (until, kind) = self.entries.get(endpoint)?;
+        (until > now).then(|| (*kind, until - now))
     }
 
     /// Whether dials to `endpoint` should be skipped at `now`.
@@ -198,20 +177,13 @@ impl<E: Ord + Clone> CooldownTable<E> {
     pub fn refusals(&self, now: Instant) -> impl Iterator<Item = (&E, Duration)> + '_ {
         self.entries
             .iter()
-            .filter(move |(_, e)| e.kind == Suppression::Refused && e.until > now)
-            .map(move |(ep, e)| (ep, e.until - now))
+            .filter(move |(_, until, kind)| **kind == Suppression::Refused && *until > now)
+            .map(move |(ep, until, _)| (ep, until - now))
     }
 
     /// Drops every entry that has ended by `now`. `O(k log n)` for `k` ended entries.
     pub fn purge(&mut self, now: Instant) {
-        while let Some((until, _)) = self.by_expiry.first() {
-            if *until > now {
-                break;
-            }
-            if let Some((_, ep)) = self.by_expiry.pop_first() {
-                self.entries.remove(&ep);
-            }
-        }
+        self.entries.purge_while(|until| until <= now);
     }
 
     /// Entries held (including ended ones not yet purged).

@@ -29,5 +29,6 @@ pub mod rng;
 pub mod roster;
 pub mod server;
 pub mod time;
+mod timed;
 pub mod transmit;
 pub mod wire;

@@ -14,8 +14,9 @@
 //! non-zero hint stays visible until it ages out) and forgets it after that.
 //!
 //! The table is bounded ([`LoadConfig::capacity`]): when full, the oldest hint (the first
-//! to age out) is evicted, in `O(log n)` through a second index ordered by arrival, as the
-//! [`CooldownTable`](crate::cooldown::CooldownTable) does by expiry. It is generic over
+//! to age out) is evicted, in `O(log n)` through a second index ordered by arrival (the
+//! crate's private timed map, which the
+//! [`CooldownTable`](crate::cooldown::CooldownTable) keeps ordered by expiry). It is generic over
 //! the peer key: the read machine's view uses [`PeerId`](crate::placement::PeerId), a
 //! driver may use a socket address, the simulator a node index.
 //!
@@ -29,9 +30,8 @@
 //! that record's load before asking any of them
 //! ([`LookupPeer`](crate::read::LookupPeer)).
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use crate::time::{Duration, Instant};
+use crate::timed::TimedMap;
 
 /// How long an advertised load is believed, decaying linearly to zero: 10 s. A block
 /// transfer of a few MiB takes about a second on a browser link, so an old hint mostly
@@ -53,7 +53,8 @@ pub const MAX_ADVERTISED_LOAD: u32 = 1 << 20;
 /// How long hints live and how many are kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadConfig {
-    /// Age at which a hint has decayed to nothing and is forgotten (default 5 s).
+    /// Age at which a hint has decayed to nothing and is forgotten (default
+    /// [`DEFAULT_LOAD_HORIZON`], 10 s).
     pub horizon: Duration,
     /// Most peers remembered at once (default 4096, at least 1).
     pub capacity: usize,
@@ -83,19 +84,12 @@ pub enum LoadConfigError {
     ZeroHalfLife,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Hint {
-    load: u32,
-    at: Instant,
-}
-
 /// The bounded table of advertised loads. See the module docs.
 #[derive(Clone, Debug)]
 pub struct LoadTable<K: Ord + Clone> {
     config: LoadConfig,
-    hints: BTreeMap<K, Hint>,
-    /// The same hints ordered by arrival, for eviction and purging without scans.
-    by_age: BTreeSet<(Instant, K)>,
+    /// Peer → advertised load, stamped with the instant it arrived.
+    hints: TimedMap<K, u32>,
 }
 
 impl<K: Ord + Clone> LoadTable<K> {
@@ -108,9 +102,8 @@ impl<K: Ord + Clone> LoadTable<K> {
             return Err(LoadConfigError::ZeroHorizon);
         }
         Ok(LoadTable {
+            hints: TimedMap::new(config.capacity),
             config,
-            hints: BTreeMap::new(),
-            by_age: BTreeSet::new(),
         })
     }
 
@@ -124,33 +117,20 @@ impl<K: Ord + Clone> LoadTable<K> {
     /// [`MAX_ADVERTISED_LOAD`] are clamped. When the table is full the oldest hint goes.
     pub fn record(&mut self, now: Instant, peer: K, load: u32) {
         self.purge(now);
-        self.remove(&peer);
-        if self.hints.len() >= self.config.capacity {
-            if let Some((_, oldest)) = self.by_age.pop_first() {
-                self.hints.remove(&oldest);
-            }
-        }
-        let load = load.min(MAX_ADVERTISED_LOAD);
-        self.by_age.insert((now, peer.clone()));
-        self.hints.insert(peer, Hint { load, at: now });
+        // Replaces the peer's older hint; full, the oldest hint makes room.
+        self.hints.insert(peer, now, load.min(MAX_ADVERTISED_LOAD));
     }
 
     /// Forgets `peer`'s hint. Returns whether one was held.
     pub fn remove(&mut self, peer: &K) -> bool {
-        match self.hints.remove(peer) {
-            Some(old) => {
-                self.by_age.remove(&(old.at, peer.clone()));
-                true
-            }
-            None => false,
-        }
+        self.hints.remove(peer).is_some()
     }
 
     /// The load `peer` last advertised and how long ago, if that is within the horizon.
     pub fn advertised(&self, now: Instant, peer: &K) -> Option<(u32, Duration)> {
-        let h = self.hints.get(peer)?;
-        let age = now.saturating_duration_since(h.at);
-        (age < self.config.horizon).then_some((h.load, age))
+        let (at, load) = self.hints.get(peer)?;
+        let age = now.saturating_duration_since(at);
+        (age < self.config.horizon).then_some((*load, age))
     }
 
     /// `peer`'s advertised load decayed by age: `load × (horizon − age) / horizon`, rounded
@@ -166,14 +146,9 @@ impl<K: Ord + Clone> LoadTable<K> {
 
     /// Drops every hint that has aged out by `now`. `O(k log n)` for `k` dropped hints.
     pub fn purge(&mut self, now: Instant) {
-        while let Some((at, _)) = self.by_age.first() {
-            if now.saturating_duration_since(*at) < self.config.horizon {
-                break;
-            }
-            if let Some((_, peer)) = self.by_age.pop_first() {
-                self.hints.remove(&peer);
-            }
-        }
+        let horizon = self.config.horizon;
+        self.hints
+            .purge_while(|at| now.saturating_duration_since(at) >= horizon);
     }
 
     /// Hints held (including aged-out ones not yet purged).
@@ -226,13 +201,6 @@ impl Default for KeyCounterConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-struct KeyCount {
-    /// The decayed count at `at`, fixed point with [`KEY_FRACTION_BITS`].
-    value: u64,
-    at: Instant,
-}
-
 /// A node's bounded, decayed count of the GETs it received per key: what it reports in
 /// its lookup replies so that readers can spread first reads of a hot record by *that
 /// record's* load ([`LookupPeer`](crate::read::LookupPeer)).
@@ -254,8 +222,9 @@ struct KeyCount {
 #[derive(Clone, Debug)]
 pub struct KeyCounter<K: Ord + Clone> {
     config: KeyCounterConfig,
-    counts: BTreeMap<K, KeyCount>,
-    by_last: BTreeSet<(Instant, K)>,
+    /// Key → its decayed count at the stamp (fixed point with [`KEY_FRACTION_BITS`]),
+    /// stamped with the key's last request.
+    counts: TimedMap<K, u64>,
 }
 
 impl<K: Ord + Clone> KeyCounter<K> {
@@ -268,9 +237,8 @@ impl<K: Ord + Clone> KeyCounter<K> {
             return Err(LoadConfigError::ZeroHalfLife);
         }
         Ok(KeyCounter {
+            counts: TimedMap::new(config.capacity),
             config,
-            counts: BTreeMap::new(),
-            by_last: BTreeSet::new(),
         })
     }
 
@@ -279,14 +247,15 @@ impl<K: Ord + Clone> KeyCounter<K> {
         &self.config
     }
 
-    fn decayed(&self, c: &KeyCount, now: Instant) -> u64 {
+    /// `value`, counted at `at`, decayed to `now`.
+    fn decayed(&self, value: u64, at: Instant, now: Instant) -> u64 {
         let half = self.config.half_life.as_nanos();
-        let age = now.saturating_duration_since(c.at).as_nanos();
+        let age = now.saturating_duration_since(at).as_nanos();
         let whole = age / half;
         if whole >= u128::from(KEY_FORGET_HALF_LIVES) {
             return 0;
         }
-        let v = c.value >> whole;
+        let v = value >> whole;
         let frac = age % half;
         // v × (1 − frac / (2 × half)): the chord between two whole half-lives.
         let cut = (u128::from(v) * frac) / (2 * half);
@@ -296,24 +265,16 @@ impl<K: Ord + Clone> KeyCounter<K> {
     /// Counts one GET for `key` arriving at `now`; returns the count including it.
     pub fn bump(&mut self, now: Instant, key: K) -> u32 {
         let before = match self.counts.remove(&key) {
-            Some(old) => {
-                self.by_last.remove(&(old.at, key.clone()));
-                self.decayed(&old, now)
-            }
+            Some((at, old)) => self.decayed(old, at, now),
             None => {
                 self.purge(now);
-                if self.counts.len() >= self.config.capacity {
-                    if let Some((_, stale)) = self.by_last.pop_first() {
-                        self.counts.remove(&stale);
-                    }
-                }
                 0
             }
         };
         let cap = u64::from(MAX_ADVERTISED_LOAD) << KEY_FRACTION_BITS;
         let value = (before + (1 << KEY_FRACTION_BITS)).min(cap);
-        self.by_last.insert((now, key.clone()));
-        self.counts.insert(key, KeyCount { value, at: now });
+        // Full, the key requested least recently makes room.
+        self.counts.insert(key, now, value);
         Self::whole(value)
     }
 
@@ -327,26 +288,19 @@ impl<K: Ord + Clone> KeyCounter<K> {
     pub fn count(&self, now: Instant, key: &K) -> u32 {
         self.counts
             .get(key)
-            .map_or(0, |c| Self::whole(self.decayed(c, now)))
+            .map_or(0, |(at, value)| Self::whole(self.decayed(*value, at, now)))
     }
 
     /// Forgets every key whose count has decayed to nothing by `now`.
     pub fn purge(&mut self, now: Instant) {
         let forget = self.config.half_life.saturating_mul(KEY_FORGET_HALF_LIVES);
-        while let Some((at, _)) = self.by_last.first() {
-            if now.saturating_duration_since(*at) < forget {
-                break;
-            }
-            if let Some((_, key)) = self.by_last.pop_first() {
-                self.counts.remove(&key);
-            }
-        }
+        self.counts
+            .purge_while(|at| now.saturating_duration_since(at) >= forget);
     }
 
     /// Forgets everything (a restarted node).
     pub fn clear(&mut self) {
         self.counts.clear();
-        self.by_last.clear();
     }
 
     /// Keys held.
@@ -537,12 +491,9 @@ mod tests {
         let mut big = counter(1);
         big.counts.insert(
             5,
-            KeyCount {
-                value: u64::from(MAX_ADVERTISED_LOAD) << KEY_FRACTION_BITS,
-                at: ms(0),
-            },
+            ms(0),
+            u64::from(MAX_ADVERTISED_LOAD) << KEY_FRACTION_BITS,
         );
-        big.by_last.insert((ms(0), 5));
         assert_eq!(big.bump(ms(0), 5), MAX_ADVERTISED_LOAD);
         assert_eq!(
             KeyCounter::<u32>::new(KeyCounterConfig {

@@ -95,11 +95,12 @@ impl Key {
 /// a roster file, a peer's membership message, a command line).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseIdError {
-    /// The text was not exactly 64 characters long.
-    #[error("expected 64 hex digits, got {0} characters")]
+    /// The text was not exactly 64 bytes long (its length in bytes: a non-ASCII
+    /// character counts for each of its UTF-8 bytes).
+    #[error("expected 64 hex digits, got {0} bytes")]
     Length(usize),
-    /// A character was not a hex digit.
-    #[error("invalid hex digit at position {0}")]
+    /// The byte at this offset is not a hex digit (`0-9`, `a-f`, `A-F`).
+    #[error("invalid hex digit at byte {0}")]
     Digit(usize),
 }
 
@@ -109,10 +110,13 @@ fn parse_hex32(s: &str) -> Result<[u8; 32], ParseIdError> {
         return Err(ParseIdError::Length(bytes.len()));
     }
     let digit = |i: usize| -> Result<u8, ParseIdError> {
-        (bytes[i] as char)
-            .to_digit(16)
-            .map(|d| d as u8)
-            .ok_or(ParseIdError::Digit(i))
+        let b = bytes[i];
+        match b {
+            b'0'..=b'9' => Ok(b - b'0'),
+            b'a'..=b'f' => Ok(b - b'a' + 10),
+            b'A'..=b'F' => Ok(b - b'A' + 10),
+            _ => Err(ParseIdError::Digit(i)),
+        }
     };
     let mut out = [0u8; 32];
     for (i, b) in out.iter_mut().enumerate() {
@@ -309,6 +313,22 @@ mod tests {
         let mut bad = id.to_hex();
         bad.replace_range(10..11, "g");
         assert_eq!(bad.parse::<PeerId>(), Err(ParseIdError::Digit(10)));
+    }
+
+    /// Rule: ids and keys parse from 64 hex digits of either case (the same bytes as the
+    /// lower-case form `to_hex` prints); a wrong length is reported in bytes.
+    #[test]
+    fn id_parsing_takes_either_case_and_counts_length_in_bytes() {
+        let id = PeerId([0xab; 32]);
+        assert_eq!(id.to_hex().to_uppercase().parse::<PeerId>(), Ok(id));
+        let key = Key([0xcd; 32]);
+        assert_eq!("Cd".repeat(32).parse::<Key>(), Ok(key));
+        // 63 ASCII digits and one two-byte character: 65 bytes.
+        let text = format!("{}é", "0".repeat(63));
+        assert_eq!(text.parse::<Key>(), Err(ParseIdError::Length(65)));
+        // 62 digits and one two-byte character: 64 bytes, the first bad byte at 62.
+        let text = format!("{}é", "0".repeat(62));
+        assert_eq!(text.parse::<Key>(), Err(ParseIdError::Digit(62)));
     }
 
     /// Rendezvous: each member is first owner in proportion to its weight (statistical,

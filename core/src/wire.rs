@@ -28,6 +28,14 @@
 //! * **Hop**: absent means 0; otherwise one or more ASCII digits (leading zeros allowed,
 //!   they do not change the value) whose value fits in a `u32`. Empty, signed (`+1`,
 //!   `-0`), non-digit and overflowing values are errors.
+//! * **Epoch** ([`parse_epoch`]): 1 to [`MAX_EPOCH_DIGITS`] ASCII digits (leading zeros
+//!   allowed) whose value fits in a `u64`. The `X-DART-Epoch` header is decoded but no
+//!   machine acts on it (the reference defines it and does not exchange it yet); the
+//!   roster's epoch travels in its JSON body and is read by
+//!   [`roster::parse_roster_epoch`](crate::roster::parse_roster_epoch), which uses this
+//!   grammar and also reads Go's empty string as "no epoch".
+//! * **Load** ([`parse_load`]): 1 to [`MAX_LOAD_DIGITS`] ASCII digits whose value fits in a
+//!   `u32`; anything else is no hint (a hint, not a protocol field: never an error).
 
 use core::fmt;
 
@@ -50,6 +58,13 @@ pub const MAX_CHUNK_KEY_BYTES: usize = MAX_CHUNK_KEY_HEX_DIGITS / 2;
 /// Most decimal digits of a block index: `u64::MAX` has 20.
 pub const MAX_BLOCK_INDEX_DIGITS: usize = 20;
 
+/// Most decimal digits of an epoch: `u64::MAX` has 20 (a longer value is rejected before
+/// any arithmetic, padded or not).
+pub const MAX_EPOCH_DIGITS: usize = 20;
+
+/// Most decimal digits of an `X-Peerblock-Load` value: `u32::MAX` has 10.
+pub const MAX_LOAD_DIGITS: usize = 10;
+
 /// Header names of the wire form. HTTP field names are case-insensitive; these are the
 /// spellings we emit, and decoders compare ignoring ASCII case.
 pub mod header {
@@ -67,8 +82,11 @@ pub mod header {
     /// The caller's advertised listen address on a roster request (the connection's source
     /// port is ephemeral, so it cannot be derived).
     pub const PEER_ADDR: &str = "X-DART-Peer-Addr";
-    /// Membership epoch, a decimal `u64` carried as text. Defined by the reference, not yet
-    /// acted on.
+    /// Membership epoch, a decimal `u64` carried as text ([`super::parse_epoch`]).
+    /// Defined by the reference, which does not exchange it yet; core decodes it on a
+    /// request ([`Request::epoch`](crate::http::Request::epoch), raw) and can
+    /// write it on one, but no machine acts on it. The roster carries its own epoch in
+    /// the JSON body.
     pub const EPOCH: &str = "X-DART-Epoch";
     /// peerblock's explicit refusal: a full node answers `503` with this header (its value
     /// is a reason token, e.g. `sessions`) and `Retry-After`, then closes. The client
@@ -590,10 +608,14 @@ impl HopError {
     }
 }
 
-/// Parses a membership epoch (`X-DART-Epoch`, or the roster's `epoch` string): a decimal
-/// `u64`, carried as text because JSON numbers would corrupt values above 2^53.
+/// Parses a membership epoch: 1 to [`MAX_EPOCH_DIGITS`] ASCII digits (leading zeros
+/// allowed) whose value fits in a `u64`; `None` otherwise (empty, signed, non-digit, too
+/// long or too large). A decimal `u64` carried as text because JSON numbers would corrupt
+/// values above 2^53. Used for the `X-DART-Epoch` header and, through
+/// [`roster::parse_roster_epoch`](crate::roster::parse_roster_epoch) (which adds Go's
+/// empty string as "no epoch"), for the roster's `epoch` string.
 pub fn parse_epoch(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || value.len() > MAX_BLOCK_INDEX_DIGITS {
+    if value.is_empty() || value.len() > MAX_EPOCH_DIGITS {
         return None;
     }
     value.iter().try_fold(0u64, |acc, &b| {
@@ -601,6 +623,22 @@ pub fn parse_epoch(value: &[u8]) -> Option<u64> {
             return None;
         }
         acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
+/// Parses an `X-Peerblock-Load` value ([`header::LOAD`]): 1 to [`MAX_LOAD_DIGITS`] ASCII
+/// digits (leading zeros allowed) whose value fits in a `u32`. `None` for anything else:
+/// the value is the peer's input and a malformed hint is no hint (consumers bound the
+/// value too, see [`MAX_ADVERTISED_LOAD`](crate::load::MAX_ADVERTISED_LOAD)).
+pub fn parse_load(value: &[u8]) -> Option<u32> {
+    if value.is_empty() || value.len() > MAX_LOAD_DIGITS {
+        return None;
+    }
+    value.iter().try_fold(0u32, |acc, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        acc.checked_mul(10)?.checked_add(u32::from(b - b'0'))
     })
 }
 
@@ -840,6 +878,32 @@ mod tests {
         assert_eq!(parse_epoch(b"18446744073709551616"), None);
         assert_eq!(parse_epoch(b""), None);
         assert_eq!(parse_epoch(b"-1"), None);
+        assert_eq!(
+            parse_epoch(b"00000000000000000001"),
+            Some(1),
+            "20 digits, padded"
+        );
+        assert_eq!(
+            parse_epoch(b"000000000000000000001"),
+            None,
+            "21 digits: over the bound"
+        );
+    }
+
+    #[test]
+    fn load_parses_digits_that_fit_u32_only() {
+        assert_eq!(parse_load(b"0"), Some(0));
+        assert_eq!(parse_load(b"4294967295"), Some(u32::MAX));
+        assert_eq!(parse_load(b"0000000007"), Some(7), "10 digits, padded");
+        assert_eq!(parse_load(b"4294967296"), None, "over u32::MAX");
+        assert_eq!(
+            parse_load(b"00000000007"),
+            None,
+            "11 digits: over the bound"
+        );
+        for bad in [&b""[..], b"+1", b"-1", b"1 ", b" 1", b"0x1", b"1.0"] {
+            assert_eq!(parse_load(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

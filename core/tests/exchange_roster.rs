@@ -7,7 +7,7 @@ use peerblock_core::client::{
     BreakerOutcome, BreakerPath, Caller, Ending, ExchangeError, ExchangeRequest, ProtocolError,
 };
 use peerblock_core::pair::Pair;
-use peerblock_core::roster::{Roster, RosterMember};
+use peerblock_core::roster::{Membership, Roster, RosterDecodeError, RosterMember, NO_EPOCH};
 use peerblock_core::server::{
     Accept, Admission, AdmissionConfig, ServerConfig, ServerConnection, ServerEvent,
 };
@@ -242,7 +242,7 @@ fn roster_fetch_merges_into_the_callers_membership_crediting_the_responder() {
     let Ending::Roster(answer) = out.ending else {
         panic!()
     };
-    let mut mine = peerblock_core::roster::Membership::new(
+    let mut mine = Membership::new(
         RosterMember {
             id: "me".into(),
             addr: "10.0.0.2:7070".into(),
@@ -261,4 +261,105 @@ fn roster_fetch_merges_into_the_callers_membership_crediting_the_responder() {
     assert_eq!(mine.heard("server-id"), Some(Instant::from_secs(5)));
     assert_eq!(mine.heard("third"), None, "hearsay is not liveness");
     assert_eq!(mine.addr("server-id"), Some(HOST));
+}
+
+// What a reference Go peer's `RosterServer` sends: `json.Marshal` of the untagged
+// `Roster{Epoch string; Members []RosterMember}` (field names as keys, a whole float64
+// weight without a fraction, a nil slice as `null`).
+const GO_ROSTER: &str =
+    r#"{"Epoch":"7","Members":[{"ID":"n1","Addr":"127.0.0.1:7070","Weight":1}]}"#;
+const GO_ZERO_ROSTER: &str = r#"{"Epoch":"","Members":null}"#;
+
+#[test]
+fn a_go_peers_roster_is_learned_through_the_exchange() {
+    let mut pair = pair();
+    pair.script(scripted_roster("n1", GO_ROSTER), false);
+    let out = pair.exchange(ExchangeRequest::roster("127.0.0.1:7070", None));
+    let (roster, responder) = roster_of(&out.ending);
+    assert_eq!(responder, Some("n1"));
+    assert_eq!(roster.epoch, 7);
+    assert_eq!(
+        roster.members,
+        vec![RosterMember {
+            id: "n1".into(),
+            addr: "127.0.0.1:7070".into(),
+            weight: 1.0,
+        }]
+    );
+    assert_eq!(out.breaker, BreakerOutcome::Answered);
+}
+
+#[test]
+fn a_go_peer_with_no_epoch_and_null_members_is_never_newer() {
+    let mut pair = pair();
+    pair.script(scripted_roster("n1", GO_ZERO_ROSTER), false);
+    let out = pair.exchange(ExchangeRequest::roster("127.0.0.1:7070", None));
+    let Ending::Roster(answer) = out.ending else {
+        panic!("expected a roster, got {:?}", out.ending)
+    };
+    assert_eq!(answer.roster.epoch, NO_EPOCH);
+    assert_eq!(
+        answer.roster.members.len(),
+        1,
+        "only the repaired responder"
+    );
+    let mut mine = Membership::new(
+        RosterMember {
+            id: "me".into(),
+            addr: "10.0.0.2:7070".into(),
+            weight: 1.0,
+        },
+        5,
+        64,
+    )
+    .unwrap();
+    mine.learn(Instant::ZERO, "n1", "10.9.9.9:7070").unwrap();
+    let report = mine.merge(Instant::from_secs(1), "n1", &answer.roster);
+    assert!(!report.epoch_advanced);
+    assert_eq!(mine.epoch(), 5);
+    assert_eq!(
+        mine.addr("n1"),
+        Some("127.0.0.1:7070"),
+        "first-hand still updates"
+    );
+}
+
+#[test]
+fn a_go_peers_fractional_weights_are_read() {
+    let mut pair = pair();
+    pair.script(
+        scripted_roster(
+            "n1",
+            r#"{"Epoch":"3","Members":[{"ID":"n1","Addr":"h:1","Weight":0.5},{"ID":"n2","Addr":"h:2","Weight":2.25}]}"#,
+        ),
+        false,
+    );
+    let out = pair.exchange(ExchangeRequest::roster(HOST, None));
+    let weights: Vec<f64> = roster_of(&out.ending)
+        .0
+        .members
+        .iter()
+        .map(|m| m.weight)
+        .collect();
+    assert_eq!(weights, [0.5, 2.25]);
+}
+
+#[test]
+fn a_bad_go_roster_is_a_typed_decode_error() {
+    let mut pair = pair();
+    pair.script(
+        scripted_roster(
+            "n1",
+            r#"{"Epoch":"-1","Members":[{"ID":"n1","Addr":"h:1","Weight":1}]}"#,
+        ),
+        false,
+    );
+    let out = pair.exchange(ExchangeRequest::roster(HOST, None));
+    match &out.ending {
+        Ending::Failed(ExchangeError::Protocol(ProtocolError::Roster(
+            RosterDecodeError::Epoch { value },
+        ))) => assert_eq!(value, "-1"),
+        other => panic!("expected an epoch error, got {other:?}"),
+    }
+    assert_eq!(out.breaker, BreakerOutcome::HardFailure);
 }

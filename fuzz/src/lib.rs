@@ -16,6 +16,11 @@ use peerblock_core::http::{
     ResponseDecoder, ResponseError, ResponseEvent, Route, MAX_ERROR_BODY_BYTES,
     MAX_REQUEST_HEAD_BYTES, MAX_RESPONSE_HEAD_BYTES, REQUEST_BUFFER_BYTES, RESPONSE_BUFFER_BYTES,
 };
+use peerblock_core::placement::{Key, ParseIdError, PeerId};
+use peerblock_core::roster::{
+    parse_roster_epoch, Roster, RosterDecodeError, RosterMember, MAX_ADDR_LEN, MAX_ID_LEN,
+    MAX_QUOTED_EPOCH, MAX_ROSTER_BYTES, MAX_ROSTER_MEMBERS, NO_EPOCH,
+};
 use peerblock_core::wire::{self, BlockPath, Hop, PathError, BLOCK_PATH_PREFIX};
 
 /// Splits `data` into up to three pieces at cut points derived from `seed`.
@@ -442,5 +447,478 @@ pub fn hop(data: &[u8]) {
         }
         (Err(e), None) => assert_eq!(e.status().code(), 400),
         (p, m) => panic!("parser {p:?} disagrees with model {m:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Network-input parsers outside the HTTP codec: the roster JSON, the epoch, the load
+// header and the placement ids.
+// ---------------------------------------------------------------------------------------
+
+/// A JSON value that keeps every object key in order, duplicates included: the model's
+/// view of a body, on which Go's reading rules are applied as a plain tree walk.
+#[derive(Debug)]
+enum Json {
+    Null,
+    Other,
+    Num(f64),
+    Str(String),
+    Arr(Vec<Json>),
+    Obj(Vec<(String, Json)>),
+}
+
+impl<'de> serde::Deserialize<'de> for Json {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Json;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Json, E> {
+                Ok(Json::Null)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Json, E> {
+                Ok(Json::Other)
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
+                Ok(Json::Num(v as f64))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
+                Ok(Json::Num(v as f64))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Json, E> {
+                Ok(Json::Num(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Json, E> {
+                Ok(Json::Str(v.to_owned()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = a.next_element()? {
+                    out.push(v);
+                }
+                Ok(Json::Arr(out))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = a.next_entry::<String, Json>()? {
+                    out.push((k, v));
+                }
+                Ok(Json::Obj(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Go's key folding for an ASCII field name, written independently of core's: Go folds
+/// each rune to the smallest of its simple-fold orbit; the only non-ASCII runes whose
+/// orbit holds an ASCII letter are U+017F (with `s`) and U+212A (with `k`).
+fn go_folds_to(key: &str, lower_name: &str) -> bool {
+    let folded: String = key
+        .chars()
+        .map(|c| match c {
+            '\u{17F}' => 's',
+            '\u{212A}' => 'k',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect();
+    folded == lower_name
+}
+
+/// The model of `Roster::from_json` over a parsed tree: Go's rules (fold-matched keys in
+/// order, the last one winning, `null` leaving a string or number as it was, `null`
+/// members as none, `""` as epoch 0) plus peerblock's (every field present, members are
+/// objects, the bounds). `None` = rejected.
+fn roster_model(tree: &Json) -> Option<Roster> {
+    let Json::Obj(fields) = tree else { return None };
+    let mut epoch: Option<String> = None;
+    let mut members: Option<Vec<&Json>> = None;
+    for (k, v) in fields {
+        if go_folds_to(k, "epoch") {
+            match v {
+                Json::Null => epoch = Some(epoch.unwrap_or_default()),
+                Json::Str(s) => epoch = Some(s.clone()),
+                _ => return None,
+            }
+        } else if go_folds_to(k, "members") {
+            match v {
+                Json::Null => members = Some(Vec::new()),
+                // A value of the wrong type is an error even in an array a later key
+                // replaces (Go's Unmarshal reports it too).
+                Json::Arr(items) if items.iter().all(member_types_ok) => {
+                    members = Some(items.iter().collect())
+                }
+                _ => return None,
+            }
+        }
+    }
+    let epoch = epoch?;
+    let epoch = if epoch.is_empty() {
+        0
+    } else {
+        if epoch.len() > 20 || !epoch.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        u64::try_from(epoch.parse::<u128>().ok()?).ok()?
+    };
+    let members = members?;
+    if members.len() > MAX_ROSTER_MEMBERS {
+        return None;
+    }
+    let mut out = Vec::new();
+    for m in members {
+        let Json::Obj(fields) = m else { return None };
+        let (mut id, mut addr, mut weight) = (None::<String>, None::<String>, None::<f64>);
+        for (k, v) in fields {
+            let slot = if go_folds_to(k, "id") {
+                &mut id
+            } else if go_folds_to(k, "addr") {
+                &mut addr
+            } else if go_folds_to(k, "weight") {
+                match v {
+                    Json::Null => weight = Some(weight.unwrap_or(0.0)),
+                    Json::Num(n) => weight = Some(*n),
+                    _ => return None,
+                }
+                continue;
+            } else {
+                continue;
+            };
+            match v {
+                Json::Null => *slot = Some(slot.take().unwrap_or_default()),
+                Json::Str(s) => *slot = Some(s.clone()),
+                _ => return None,
+            }
+        }
+        let (id, addr, weight) = (id?, addr?, weight?);
+        let ok = !id.is_empty()
+            && id.len() <= MAX_ID_LEN
+            && !addr.is_empty()
+            && addr.len() <= MAX_ADDR_LEN
+            && weight.is_finite()
+            && weight >= 0.0;
+        if !ok {
+            return None;
+        }
+        out.push(RosterMember { id, addr, weight });
+    }
+    Some(Roster {
+        epoch,
+        members: out,
+    })
+}
+
+/// Whether a members-array element has the member shape: an object whose id and address
+/// are strings or `null` and whose weight is a number or `null` (other keys: anything).
+fn member_types_ok(m: &Json) -> bool {
+    let Json::Obj(fields) = m else { return false };
+    fields.iter().all(|(k, v)| {
+        if go_folds_to(k, "id") || go_folds_to(k, "addr") {
+            matches!(v, Json::Str(_) | Json::Null)
+        } else if go_folds_to(k, "weight") {
+            matches!(v, Json::Num(_) | Json::Null)
+        } else {
+            true
+        }
+    })
+}
+
+/// A roster written the way a Go peer would, with the key spellings, weight forms and
+/// extras chosen by `style` bytes (cycled).
+fn go_style_json(r: &Roster, style: &[u8]) -> String {
+    let mut at = 0usize;
+    let mut pick = |n: u8| -> u8 {
+        let b = if style.is_empty() {
+            0
+        } else {
+            style[at % style.len()]
+        };
+        at += 1;
+        b % n
+    };
+    let spell = |name: &str, pick: &mut dyn FnMut(u8) -> u8| -> String {
+        match pick(5) {
+            0 => {
+                // Go's field name: ID is all capitals, the rest capitalised.
+                if name == "id" {
+                    "ID".to_owned()
+                } else {
+                    let mut s = name.to_owned();
+                    s[..1].make_ascii_uppercase();
+                    s
+                }
+            }
+            1 => name.to_owned(),
+            2 => name.to_ascii_uppercase(),
+            3 => name
+                .chars()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i % 2 == 0 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect(),
+            _ => name.replace('s', "\u{17F}"),
+        }
+    };
+    let quote = |s: &str| serde_json::to_string(s).expect("string");
+    let mut out = String::from("{");
+    if pick(4) == 0 {
+        out.push_str("\"State\":\"dead\",");
+    }
+    let epoch_key = spell("epoch", &mut pick);
+    if pick(4) == 0 {
+        // An earlier duplicate in another spelling: the later value wins.
+        out.push_str(&format!(
+            "{}:\"999\",",
+            quote(&epoch_key.to_ascii_lowercase())
+        ));
+    }
+    let epoch_text = if r.epoch == 0 && pick(2) == 0 {
+        String::new()
+    } else {
+        r.epoch.to_string()
+    };
+    out.push_str(&format!("{}:{},", quote(&epoch_key), quote(&epoch_text)));
+    out.push_str(&quote(&spell("members", &mut pick)));
+    out.push(':');
+    if r.members.is_empty() && pick(2) == 0 {
+        out.push_str("null");
+    } else {
+        out.push('[');
+        for (i, m) in r.members.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let weight = if m.weight.fract() == 0.0 && m.weight.abs() < 1e15 && pick(2) == 0 {
+                format!("{}", m.weight as i64) // Go's form of a whole float64
+            } else {
+                format!("{:?}", m.weight)
+            };
+            out.push_str(&format!(
+                "{{{}:{},{}:{},{}:{}}}",
+                quote(&spell("id", &mut pick)),
+                quote(&m.id),
+                quote(&spell("addr", &mut pick)),
+                quote(&m.addr),
+                quote(&spell("weight", &mut pick)),
+                weight
+            ));
+        }
+        out.push(']');
+    }
+    out.push('}');
+    out
+}
+
+/// Builds a roster from fuzz bytes (member fields may break the bounds on purpose).
+fn model_roster(data: &[u8]) -> Roster {
+    let (head, rest) = take::<9>(data);
+    let epoch = match head[0] % 4 {
+        0 => 0,
+        1 => u64::MAX,
+        2 => u64::from(head[1]),
+        _ => u64::from_le_bytes(head[1..9].try_into().expect("8 bytes")),
+    };
+    let mut members = Vec::new();
+    for chunk in rest.chunks(6).take(usize::from(head[0] / 4 % 5)) {
+        let (c, _) = take::<6>(chunk);
+        let len = |b: u8| match b % 8 {
+            0 => 0,
+            7 => 300,
+            n => usize::from(n) * 3,
+        };
+        let text = |n: usize, ch: char| -> String { std::iter::repeat_n(ch, n).collect() };
+        let id = text(len(c[0]), if c[1] % 3 == 0 { 'é' } else { 'n' });
+        let addr = text(len(c[2]), if c[3] % 5 == 0 { '"' } else { 'a' });
+        let weight = match c[4] % 6 {
+            0 => 0.0,
+            1 => 1.0,
+            2 => 0.5,
+            3 => 2.25,
+            4 => -1.0,
+            _ => f64::from(c[5]) / 8.0,
+        };
+        members.push(RosterMember { id, addr, weight });
+    }
+    Roster { epoch, members }
+}
+
+/// Roster decoder. First byte even: the rest is a body off the wire; whatever the decoder
+/// accepts is within the bounds, re-encodes (our spelling) and decodes to itself, and
+/// agrees with an independent model of Go's reading rules whenever that model can parse
+/// the body. First byte odd: the rest builds a roster, written as a Go peer would (key
+/// spellings, whole weights without a fraction, `null` members, `""` epoch, duplicates,
+/// unknown fields chosen by the bytes); the decoder reads back exactly that roster when
+/// it is within the bounds and rejects it otherwise.
+pub fn roster_json(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    if mode % 2 == 0 {
+        let decoded = Roster::from_json(rest);
+        if rest.len() > MAX_ROSTER_BYTES {
+            assert!(matches!(decoded, Err(RosterDecodeError::TooLarge { .. })));
+            return;
+        }
+        if let Ok(r) = &decoded {
+            assert!(r.members.len() <= MAX_ROSTER_MEMBERS);
+            assert_eq!(r.check(), Ok(()), "accepted roster within the bounds");
+            let again = r.to_json();
+            assert!(again.len() <= MAX_ROSTER_BYTES);
+            assert_eq!(
+                Roster::from_json(&again).as_ref().ok(),
+                Some(r),
+                "round trip"
+            );
+        }
+        if let Ok(tree) = serde_json::from_slice::<Json>(rest) {
+            let model = roster_model(&tree);
+            assert_eq!(
+                decoded.as_ref().ok(),
+                model.as_ref(),
+                "decoder {decoded:?} disagrees with the model"
+            );
+        }
+    } else {
+        let (style, build) = rest.split_at(rest.len().min(8));
+        let model = model_roster(build);
+        let json = go_style_json(&model, style);
+        let decoded = Roster::from_json(json.as_bytes());
+        match model.check() {
+            Ok(()) => assert_eq!(decoded.ok(), Some(model), "{json}"),
+            Err(e) => assert!(decoded.is_err(), "{json} accepted despite {e}"),
+        }
+    }
+}
+
+/// Epoch parsers: `wire::parse_epoch` agrees with an independent model (1 to 20 digits,
+/// value fits a u64) and round-trips through its decimal form; the roster's epoch rule
+/// is the same grammar plus `""` as [`NO_EPOCH`], and a roster body carrying the text
+/// (JSON-escaped) decodes to the same epoch or is rejected for it.
+pub fn epoch(data: &[u8]) {
+    let parsed = wire::parse_epoch(data);
+    let model = if !data.is_empty() && data.len() <= 20 && data.iter().all(u8::is_ascii_digit) {
+        let text = std::str::from_utf8(data).expect("digits");
+        u64::try_from(text.parse::<u128>().expect("20 digits fit u128")).ok()
+    } else {
+        None
+    };
+    assert_eq!(parsed, model, "parse_epoch vs model");
+    if let Some(e) = parsed {
+        assert_eq!(wire::parse_epoch(e.to_string().as_bytes()), Some(e));
+    }
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let roster_epoch = parse_roster_epoch(text);
+    let expected = if text.is_empty() {
+        Some(NO_EPOCH)
+    } else {
+        parsed
+    };
+    assert_eq!(roster_epoch, expected);
+    let body = format!(
+        r#"{{"Epoch":{},"Members":[]}}"#,
+        serde_json::to_string(text).expect("string")
+    );
+    match (Roster::from_json(body.as_bytes()), roster_epoch) {
+        (Ok(r), Some(e)) => {
+            assert_eq!(r.epoch, e);
+            let written = String::from_utf8(r.to_json()).expect("utf-8");
+            assert!(
+                written.starts_with(&format!(r#"{{"epoch":"{e}","#)),
+                "{written}"
+            );
+        }
+        (Err(RosterDecodeError::Epoch { value }), None) => {
+            assert!(value.len() <= MAX_QUOTED_EPOCH);
+            assert!(
+                text.starts_with(&value),
+                "the quote is a prefix of the text"
+            );
+        }
+        (got, want) => panic!("roster body {body}: {got:?}, expected epoch {want:?}"),
+    }
+}
+
+/// `X-Peerblock-Load`: `wire::parse_load` agrees with an independent model (1 to 10
+/// digits, value fits a u32) and round-trips; inside a response head (when the bytes can
+/// be a header value), `ResponseHead::load` reports the same as `parse_load` on the
+/// value without its surrounding whitespace.
+pub fn load(data: &[u8]) {
+    let parsed = wire::parse_load(data);
+    let model = if !data.is_empty() && data.len() <= 10 && data.iter().all(u8::is_ascii_digit) {
+        let text = std::str::from_utf8(data).expect("digits");
+        u32::try_from(text.parse::<u64>().expect("10 digits fit u64")).ok()
+    } else {
+        None
+    };
+    assert_eq!(parsed, model, "parse_load vs model");
+    if let Some(l) = parsed {
+        assert_eq!(wire::parse_load(l.to_string().as_bytes()), Some(l));
+    }
+    if data.iter().any(|&b| b == b'\r' || b == b'\n') {
+        return;
+    }
+    let mut head = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nX-Peerblock-Load: ".to_vec();
+    head.extend_from_slice(data);
+    head.extend_from_slice(b"\r\n\r\n");
+    let mut d = ResponseDecoder::new();
+    d.expect(BodyLimit::AtMost(0)).expect("fresh decoder");
+    d.feed(&head);
+    let polled = d.poll();
+    if data.iter().all(|b| b.is_ascii_alphanumeric() || *b == b' ') {
+        // A plain token value (spaces around or inside included) is a valid field value.
+        assert!(
+            matches!(polled, Ok(Some(ResponseEvent::Head(_)))),
+            "head with load {data:?}: {polled:?}"
+        );
+    }
+    if let Ok(Some(ResponseEvent::Head(h))) = polled {
+        let trimmed = {
+            let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+            let start = data.iter().position(|b| !is_ows(b)).unwrap_or(data.len());
+            let end = data
+                .iter()
+                .rposition(|b| !is_ows(b))
+                .map_or(start, |e| e + 1);
+            &data[start..end.max(start)]
+        };
+        assert_eq!(h.load(), wire::parse_load(trimmed), "value {data:?}");
+    }
+}
+
+/// `PeerId` / `Key` parsing: agrees with an independent model (exactly 64 bytes, all hex
+/// digits of either case; the error names the byte length or the first bad byte), both
+/// types agree, and a parsed id prints back as the lower-cased input.
+pub fn placement_ids(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let model: Result<[u8; 32], ParseIdError> = if text.len() != 64 {
+        Err(ParseIdError::Length(text.len()))
+    } else if let Some(at) = text.bytes().position(|b| !b.is_ascii_hexdigit()) {
+        Err(ParseIdError::Digit(at))
+    } else {
+        let mut out = [0u8; 32];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex");
+        }
+        Ok(out)
+    };
+    let id = text.parse::<PeerId>().map(|p| p.0);
+    let key = text.parse::<Key>().map(|k| k.0);
+    assert_eq!(id, model);
+    assert_eq!(key, model);
+    if let Ok(bytes) = model {
+        assert_eq!(PeerId(bytes).to_hex(), text.to_ascii_lowercase());
+        assert_eq!(Key(bytes).to_hex(), text.to_ascii_lowercase());
+        assert_eq!(PeerId(bytes).to_hex().parse::<PeerId>(), Ok(PeerId(bytes)));
     }
 }

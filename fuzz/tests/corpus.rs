@@ -48,3 +48,23 @@ fn block_path_corpus() {
 fn hop_corpus() {
     replay("hop", peerblock_fuzz::hop);
 }
+
+#[test]
+fn roster_json_corpus() {
+    replay("roster_json", peerblock_fuzz::roster_json);
+}
+
+#[test]
+fn epoch_corpus() {
+    replay("epoch", peerblock_fuzz::epoch);
+}
+
+#[test]
+fn load_corpus() {
+    replay("load", peerblock_fuzz::load);
+}
+
+#[test]
+fn placement_ids_corpus() {
+    replay("placement_ids", peerblock_fuzz::placement_ids);
+}

@@ -36,7 +36,7 @@ use bytes::Bytes;
 pub use crate::http::LengthError;
 
 use crate::refusal::PeerRefusal;
-use crate::roster::{Roster, RosterError};
+use crate::roster::{Roster, RosterDecodeError};
 use crate::time::Duration;
 
 /// What the breaker should record for an exchange: the breaker's own
@@ -69,7 +69,7 @@ pub enum ProtocolError {
     Http(String),
     /// A roster response body is not a valid roster.
     #[error(transparent)]
-    Roster(#[from] RosterError),
+    Roster(#[from] RosterDecodeError),
 }
 
 /// Why an exchange failed.

@@ -131,16 +131,7 @@ impl ResponseHead {
     /// it advertised them. `None` if absent, not a plain decimal, or above `u32::MAX`: a
     /// malformed hint is no hint (the value is the peer's input; consumers bound it too).
     pub fn load(&self) -> Option<u32> {
-        let raw = self.load.map(|s| s.get(&self.head))?;
-        if raw.is_empty() || raw.len() > 10 {
-            return None;
-        }
-        raw.iter().try_fold(0u32, |acc, &b| {
-            if !b.is_ascii_digit() {
-                return None;
-            }
-            acc.checked_mul(10)?.checked_add(u32::from(b - b'0'))
-        })
+        crate::wire::parse_load(self.load.map(|s| s.get(&self.head))?)
     }
 
     /// An explicit refusal: `503` with the refusal header. The peer is alive and full;

@@ -17,20 +17,39 @@
 //!   (the source port is ephemeral). The server learns exactly that pair
 //!   ([`Membership::learn`]); a caller that omits either teaches nothing.
 //!
-//! Wire form:
+//! Wire form, as we write it (keys as below; see `docs/wire.md` for why this spelling):
 //!
 //! ```json
 //! {"epoch":"18446744073709551615","members":[{"id":"n1","addr":"10.0.0.1:7070","weight":1.0}]}
 //! ```
 //!
+//! and as a reference Go peer writes it (`encoding/json` on the untagged structs), which
+//! [`Roster::from_json`] reads as well:
+//!
+//! ```json
+//! {"Epoch":"7","Members":[{"ID":"n1","Addr":"127.0.0.1:7070","Weight":1}]}
+//! {"Epoch":"","Members":null}
+//! ```
+//!
+//! Keys match case-insensitively by Go's rule, a repeated key overwrites the earlier one,
+//! `"Members":null` is no members and the empty epoch `""` (Go's zero value) is
+//! [`NO_EPOCH`]; the rules are on [`Roster::from_json`].
+//!
+//! Errors are split by whose fault they are: [`RosterDecodeError`] for a body we received
+//! (the peer's fault: the client exchange reports it as a protocol error), and
+//! [`RosterBuildError`] for a roster this node is about to send (our own misuse).
+//!
 //! [`Membership`] is the bounded table a node keeps; its merge and epoch rules are
 //! documented on the type.
 
+mod decode;
 mod table;
 
 pub use table::{Membership, MergeReport};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+use crate::wire;
 
 /// Longest member id accepted (bytes). Ids are opaque names (typically 64 hex digits of a
 /// 256-bit id); the bound caps the memory one hostile roster entry can claim.
@@ -49,22 +68,35 @@ pub const MAX_ROSTER_MEMBERS: usize = 4096;
 /// [`MAX_ROSTER_MEMBERS`] fits; a client reads at most this many bytes of a roster body.
 pub const MAX_ROSTER_BYTES: usize = 2 * 1024 * 1024;
 
+/// Longest epoch text quoted back in a [`RosterDecodeError::Epoch`] (bytes): enough to
+/// show any valid epoch (20 digits) and what went wrong, without echoing a hostile
+/// megabyte into a log line.
+pub const MAX_QUOTED_EPOCH: usize = 32;
+
 /// Weight given to a member learned without one (a caller's self-identification, or a
 /// responder repaired from its header).
 pub const DEFAULT_WEIGHT: f64 = 1.0;
 
+/// The epoch of a roster that carries none: the empty string `""`, Go's zero value for the
+/// reference's `Epoch string` (what a reference peer sends while epochs are unused), and
+/// `null`. It is the lowest epoch, so such a roster is never newer than anything: merged,
+/// it only adds members the table does not know (as hearsay) and never overwrites or
+/// raises the table's epoch. We write it as `"0"`, which every reader accepts.
+pub const NO_EPOCH: u64 = 0;
+
 /// A membership snapshot as exchanged on the wire.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Roster {
     /// Version of the membership view; a full u64, carried as a decimal string.
-    #[serde(with = "epoch_string")]
+    /// [`NO_EPOCH`] (0) when the sender has none.
+    #[serde(serialize_with = "epoch_string")]
     pub epoch: u64,
     /// Known members, including the sender itself.
     pub members: Vec<RosterMember>,
 }
 
 /// One member: its stable id, the address it advertises, and its placement weight.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RosterMember {
     /// Stable node id (what liveness and placement are keyed on; never the address, which
     /// pod-IP reuse can recycle to a different member).
@@ -75,10 +107,11 @@ pub struct RosterMember {
     pub weight: f64,
 }
 
-/// What was wrong with a roster body or member. Errors in a received body are the remote
-/// peer's fault; the same checks guard what this node sends.
+/// What was wrong with a roster body we received. The remote peer's fault: the client
+/// exchange reports it as [`ProtocolError::Roster`](crate::client::ProtocolError::Roster),
+/// so a driver can log it and charge the peer.
 #[derive(Debug, thiserror::Error)]
-pub enum RosterError {
+pub enum RosterDecodeError {
     /// The body is longer than [`MAX_ROSTER_BYTES`].
     #[error("roster body of {len} bytes exceeds the {max}-byte bound")]
     TooLarge {
@@ -87,9 +120,23 @@ pub enum RosterError {
         /// [`MAX_ROSTER_BYTES`].
         max: usize,
     },
-    /// The body is not the roster JSON form (syntax, missing field, number epoch, ...).
+    /// The body is not JSON of the roster's shape (syntax, a member that is not an object,
+    /// a number where a string belongs, ...). The message names the line and column.
     #[error("malformed roster JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// A field every roster carries is absent (keys are matched case-insensitively).
+    #[error("roster JSON lacks the {field:?} field")]
+    MissingField {
+        /// The field, as we spell it (`epoch` or `members`).
+        field: &'static str,
+    },
+    /// The epoch is neither empty nor a decimal `u64` (a sign, a non-digit, more than 20
+    /// digits, or above `u64::MAX`).
+    #[error("roster epoch {value:?} is not a decimal u64")]
+    Epoch {
+        /// The epoch text, cut to [`MAX_QUOTED_EPOCH`] bytes.
+        value: String,
+    },
     /// More than [`MAX_ROSTER_MEMBERS`] members.
     #[error("roster lists {count} members, more than the {max} allowed")]
     TooManyMembers {
@@ -98,8 +145,38 @@ pub enum RosterError {
         /// [`MAX_ROSTER_MEMBERS`].
         max: usize,
     },
-    /// A member entry is unusable.
+    /// A member object lacks one of its fields.
+    #[error("roster member {index} lacks the {field:?} field")]
+    MissingMemberField {
+        /// Position in `members`.
+        index: usize,
+        /// The field, as we spell it (`id`, `addr` or `weight`).
+        field: &'static str,
+    },
+    /// A member entry is outside the bounds.
     #[error("roster member {index}: {problem}")]
+    Member {
+        /// Position in `members`.
+        index: usize,
+        /// What is wrong with it.
+        problem: MemberProblem,
+    },
+}
+
+/// What is wrong with a roster this node is about to send (local misuse: the application
+/// built it; a peer would reject it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RosterBuildError {
+    /// More than [`MAX_ROSTER_MEMBERS`] members.
+    #[error("roster to send lists {count} members, more than the {max} allowed")]
+    TooManyMembers {
+        /// Members listed.
+        count: usize,
+        /// [`MAX_ROSTER_MEMBERS`].
+        max: usize,
+    },
+    /// A member entry is outside the bounds.
+    #[error("roster to send, member {index}: {problem}")]
     Member {
         /// Position in `members`.
         index: usize,
@@ -145,6 +222,16 @@ pub fn check_identity(id: &str, addr: &str) -> Result<(), MemberProblem> {
     Ok(())
 }
 
+/// Parses a roster's epoch text: `""` (Go's zero value) is [`NO_EPOCH`]; anything else
+/// must be a decimal `u64` as [`wire::parse_epoch`] reads it (digits only, at most 20,
+/// at most `u64::MAX`). `None` when it is neither.
+pub fn parse_roster_epoch(text: &str) -> Option<u64> {
+    if text.is_empty() {
+        return Some(NO_EPOCH);
+    }
+    wire::parse_epoch(text.as_bytes())
+}
+
 impl RosterMember {
     /// Checks the member against the bounds.
     pub fn check(&self) -> Result<(), MemberProblem> {
@@ -156,37 +243,85 @@ impl RosterMember {
     }
 }
 
+/// The first `max` bytes of `s`, cut back to a character boundary.
+fn quote_prefix(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
 impl Roster {
-    /// Decodes and checks a roster body. Unknown fields are ignored; a numeric epoch, a
-    /// member over the bounds or a body over [`MAX_ROSTER_BYTES`] is an error.
-    pub fn from_json(body: &[u8]) -> Result<Roster, RosterError> {
+    /// Decodes and checks a roster body received from a peer.
+    ///
+    /// Reads both our spelling and a Go peer's: keys match case-insensitively by Go's
+    /// `encoding/json` rule (ASCII case, plus `ſ`/`K` folding with `s`/`k`); a repeated
+    /// key (in any spelling) overwrites the earlier one, as in Go; `null` for the epoch
+    /// or a member's string or weight leaves Go's zero value, `"Members":null` is no
+    /// members, and the epoch `""` is [`NO_EPOCH`]. A weight may be any JSON number
+    /// (`1`, `1.0`, `0.5`). Unknown fields are ignored.
+    ///
+    /// Errors ([`RosterDecodeError`]): a body over [`MAX_ROSTER_BYTES`], malformed JSON,
+    /// a numeric or otherwise invalid epoch, a missing `epoch`/`members` key or member
+    /// field (a Go peer always writes all of them), more than [`MAX_ROSTER_MEMBERS`]
+    /// members, or a member over the bounds.
+    pub fn from_json(body: &[u8]) -> Result<Roster, RosterDecodeError> {
         if body.len() > MAX_ROSTER_BYTES {
-            return Err(RosterError::TooLarge {
+            return Err(RosterDecodeError::TooLarge {
                 len: body.len(),
                 max: MAX_ROSTER_BYTES,
             });
         }
-        let roster: Roster = serde_json::from_slice(body)?;
-        roster.check()?;
-        Ok(roster)
+        let raw: decode::RawRoster = serde_json::from_slice(body)?;
+        let epoch_text = raw
+            .epoch
+            .ok_or(RosterDecodeError::MissingField { field: "epoch" })?;
+        let epoch = parse_roster_epoch(&epoch_text).ok_or_else(|| RosterDecodeError::Epoch {
+            value: quote_prefix(&epoch_text, MAX_QUOTED_EPOCH),
+        })?;
+        if !raw.members_seen {
+            return Err(RosterDecodeError::MissingField { field: "members" });
+        }
+        if raw.members_listed > MAX_ROSTER_MEMBERS {
+            return Err(RosterDecodeError::TooManyMembers {
+                count: raw.members_listed,
+                max: MAX_ROSTER_MEMBERS,
+            });
+        }
+        let mut members = Vec::with_capacity(raw.members.len());
+        for (index, m) in raw.members.into_iter().enumerate() {
+            let missing = |field| RosterDecodeError::MissingMemberField { index, field };
+            let member = RosterMember {
+                id: m.id.ok_or_else(|| missing("id"))?,
+                addr: m.addr.ok_or_else(|| missing("addr"))?,
+                weight: m.weight.ok_or_else(|| missing("weight"))?,
+            };
+            member
+                .check()
+                .map_err(|problem| RosterDecodeError::Member { index, problem })?;
+            members.push(member);
+        }
+        Ok(Roster { epoch, members })
     }
 
-    /// Checks member count and every member.
-    pub fn check(&self) -> Result<(), RosterError> {
+    /// Checks member count and every member of a roster this node is about to send.
+    pub fn check(&self) -> Result<(), RosterBuildError> {
         if self.members.len() > MAX_ROSTER_MEMBERS {
-            return Err(RosterError::TooManyMembers {
+            return Err(RosterBuildError::TooManyMembers {
                 count: self.members.len(),
                 max: MAX_ROSTER_MEMBERS,
             });
         }
         for (index, m) in self.members.iter().enumerate() {
             m.check()
-                .map_err(|problem| RosterError::Member { index, problem })?;
+                .map_err(|problem| RosterBuildError::Member { index, problem })?;
         }
         Ok(())
     }
 
-    /// Appends the JSON form to `out`.
+    /// Appends the JSON form to `out` (our spelling: lower-case keys, the epoch as a
+    /// decimal string, [`NO_EPOCH`] as `"0"`).
     pub fn write_json(&self, out: &mut Vec<u8>) {
         // Serializing plain strings, u64 and finite floats into a Vec cannot fail; a
         // non-finite weight (which `check` rejects) would be written as `null`.
@@ -225,62 +360,21 @@ impl Roster {
     }
 }
 
-/// The epoch as a decimal string, in and out: a JSON number would lose precision above
-/// 2^53 in any double-based parser, so a number is rejected rather than guessed at.
-mod epoch_string {
-    use serde::de::{self, Visitor};
-    use serde::{Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(epoch: &u64, s: S) -> Result<S::Ok, S::Error> {
-        let mut buf = itoa_buf(*epoch);
-        s.serialize_str(buf.as_str())
-    }
-
-    struct Buf {
-        bytes: [u8; 20],
-        start: usize,
-    }
-    impl Buf {
-        fn as_str(&mut self) -> &str {
-            core::str::from_utf8(&self.bytes[self.start..]).unwrap_or("0")
+/// The epoch as a decimal string: a JSON number would lose precision above 2^53 in any
+/// double-based parser.
+fn epoch_string<S: serde::Serializer>(epoch: &u64, s: S) -> Result<S::Ok, S::Error> {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut v = *epoch;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
         }
     }
-
-    fn itoa_buf(mut v: u64) -> Buf {
-        let mut bytes = [0u8; 20];
-        let mut i = bytes.len();
-        loop {
-            i -= 1;
-            bytes[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        Buf { bytes, start: i }
-    }
-
-    struct EpochVisitor;
-
-    impl Visitor<'_> for EpochVisitor {
-        type Value = u64;
-
-        fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str("the epoch as a decimal string of at most 20 digits (not a JSON number)")
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
-            if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(E::invalid_value(de::Unexpected::Str(v), &self));
-            }
-            v.parse::<u64>()
-                .map_err(|_| E::invalid_value(de::Unexpected::Str(v), &self))
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        d.deserialize_str(EpochVisitor)
-    }
+    s.serialize_str(core::str::from_utf8(&buf[i..]).unwrap_or("0"))
 }
 
 #[cfg(test)]
@@ -328,19 +422,47 @@ mod tests {
     }
 
     #[test]
-    fn numeric_or_signed_epoch_is_rejected() {
-        for bad in [
-            r#"{"epoch":5,"members":[]}"#,
-            r#"{"epoch":"+5","members":[]}"#,
-            r#"{"epoch":"-5","members":[]}"#,
-            r#"{"epoch":"","members":[]}"#,
-            r#"{"epoch":"18446744073709551616","members":[]}"#,
+    fn numeric_epoch_is_malformed_json() {
+        let e = Roster::from_json(br#"{"epoch":5,"members":[]}"#).unwrap_err();
+        assert!(matches!(e, RosterDecodeError::Json(_)), "{e}");
+    }
+
+    #[test]
+    fn signed_or_overflowing_epoch_is_an_epoch_error_quoting_it() {
+        for (bad, quoted) in [
+            (r#"{"epoch":"+5","members":[]}"#, "+5"),
+            (r#"{"epoch":"-5","members":[]}"#, "-5"),
+            (r#"{"epoch":" 5","members":[]}"#, " 5"),
+            (
+                r#"{"epoch":"18446744073709551616","members":[]}"#,
+                "18446744073709551616",
+            ),
         ] {
-            assert!(
-                matches!(Roster::from_json(bad.as_bytes()), Err(RosterError::Json(_))),
-                "{bad}"
-            );
+            match Roster::from_json(bad.as_bytes()) {
+                Err(RosterDecodeError::Epoch { value }) => assert_eq!(value, quoted),
+                other => panic!("{bad}: {other:?}"),
+            }
         }
+    }
+
+    #[test]
+    fn a_long_bad_epoch_is_quoted_only_up_to_the_bound() {
+        let body = format!(r#"{{"epoch":"{}","members":[]}}"#, "é".repeat(100));
+        match Roster::from_json(body.as_bytes()) {
+            Err(RosterDecodeError::Epoch { value }) => {
+                assert!(value.len() <= MAX_QUOTED_EPOCH && value.len() >= MAX_QUOTED_EPOCH - 1);
+                assert!(value.chars().all(|c| c == 'é'));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn empty_epoch_is_no_epoch_and_is_written_as_zero() {
+        let r = Roster::from_json(br#"{"epoch":"","members":[]}"#).unwrap();
+        assert_eq!(r.epoch, NO_EPOCH);
+        let json = String::from_utf8(r.to_json()).unwrap();
+        assert_eq!(json, r#"{"epoch":"0","members":[]}"#);
     }
 
     #[test]
@@ -360,13 +482,34 @@ mod tests {
         let e = Roster::from_json(b"not json").unwrap_err();
         assert!(e.to_string().starts_with("malformed roster JSON"), "{e}");
         let e = Roster::from_json(br#"{"epoch":"1"}"#).unwrap_err();
+        assert!(
+            matches!(e, RosterDecodeError::MissingField { field: "members" }),
+            "{e}"
+        );
         assert!(e.to_string().contains("members"), "{e}");
+        let e = Roster::from_json(br#"{"members":[]}"#).unwrap_err();
+        assert!(
+            matches!(e, RosterDecodeError::MissingField { field: "epoch" }),
+            "{e}"
+        );
+        let e =
+            Roster::from_json(br#"{"epoch":"1","members":[{"id":"a","weight":1}]}"#).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RosterDecodeError::MissingMemberField {
+                    index: 0,
+                    field: "addr"
+                }
+            ),
+            "{e}"
+        );
         let e =
             Roster::from_json(br#"{"epoch":"1","members":[{"id":"","addr":"h:1","weight":1}]}"#)
                 .unwrap_err();
         assert!(matches!(
             e,
-            RosterError::Member {
+            RosterDecodeError::Member {
                 index: 0,
                 problem: MemberProblem::EmptyId
             }
@@ -376,7 +519,7 @@ mod tests {
                 .unwrap_err();
         assert!(matches!(
             e,
-            RosterError::Member {
+            RosterDecodeError::Member {
                 problem: MemberProblem::BadWeight,
                 ..
             }
@@ -384,14 +527,14 @@ mod tests {
         let big = vec![b' '; MAX_ROSTER_BYTES + 1];
         assert!(matches!(
             Roster::from_json(&big),
-            Err(RosterError::TooLarge { .. })
+            Err(RosterDecodeError::TooLarge { .. })
         ));
         let long_id = "x".repeat(MAX_ID_LEN + 1);
         let body =
             format!(r#"{{"epoch":"1","members":[{{"id":"{long_id}","addr":"h:1","weight":1}}]}}"#);
         assert!(matches!(
             Roster::from_json(body.as_bytes()),
-            Err(RosterError::Member {
+            Err(RosterDecodeError::Member {
                 problem: MemberProblem::IdTooLong,
                 ..
             })
@@ -406,7 +549,35 @@ mod tests {
                 .map(|i| member(&i.to_string(), "h:1"))
                 .collect(),
         };
-        assert!(matches!(r.check(), Err(RosterError::TooManyMembers { .. })));
+        assert!(matches!(
+            r.check(),
+            Err(RosterBuildError::TooManyMembers { count, .. }) if count == MAX_ROSTER_MEMBERS + 1
+        ));
+        // Received, the same roster is the peer's fault, counted though not kept.
+        let body = format!(
+            r#"{{"epoch":"1","members":[{}]}}"#,
+            vec![r#"{"id":"a","addr":"h:1","weight":1}"#; MAX_ROSTER_MEMBERS + 2].join(",")
+        );
+        assert!(matches!(
+            Roster::from_json(body.as_bytes()),
+            Err(RosterDecodeError::TooManyMembers { count, max })
+                if count == MAX_ROSTER_MEMBERS + 2 && max == MAX_ROSTER_MEMBERS
+        ));
+    }
+
+    #[test]
+    fn a_bad_member_in_our_own_roster_is_a_build_error() {
+        let r = Roster {
+            epoch: 1,
+            members: vec![member("a", "h:1"), member("b", "")],
+        };
+        assert_eq!(
+            r.check(),
+            Err(RosterBuildError::Member {
+                index: 1,
+                problem: MemberProblem::EmptyAddr
+            })
+        );
     }
 
     #[test]
@@ -424,6 +595,158 @@ mod tests {
                 .collect(),
         };
         assert!(r.to_json().len() <= MAX_ROSTER_BYTES);
+    }
+
+    // What a reference Go peer writes: `json.Marshal` of the untagged structs
+    // `Roster{Epoch string; Members []RosterMember}`, `RosterMember{ID, Addr string;
+    // Weight float64}` (field names as keys, in declaration order, no spaces, a whole
+    // float64 without a fraction, a nil slice as null).
+    const GO_ROSTER: &[u8] =
+        br#"{"Epoch":"7","Members":[{"ID":"n1","Addr":"127.0.0.1:7070","Weight":1}]}"#;
+    const GO_ZERO_ROSTER: &[u8] = br#"{"Epoch":"","Members":null}"#;
+
+    #[test]
+    fn a_go_peers_roster_is_read() {
+        let r = Roster::from_json(GO_ROSTER).unwrap();
+        assert_eq!(
+            r,
+            Roster {
+                epoch: 7,
+                members: vec![RosterMember {
+                    id: "n1".into(),
+                    addr: "127.0.0.1:7070".into(),
+                    weight: 1.0,
+                }],
+            }
+        );
+    }
+
+    #[test]
+    fn a_go_zero_roster_is_no_epoch_and_no_members() {
+        let r = Roster::from_json(GO_ZERO_ROSTER).unwrap();
+        assert_eq!(r.epoch, NO_EPOCH);
+        assert!(r.members.is_empty());
+    }
+
+    #[test]
+    fn weight_is_any_json_number() {
+        let body = br#"{"Epoch":"1","Members":[{"ID":"a","Addr":"h:1","Weight":1},{"ID":"b","Addr":"h:2","Weight":1.0},{"ID":"c","Addr":"h:3","Weight":0.5},{"ID":"d","Addr":"h:4","Weight":2.5e0},{"ID":"e","Addr":"h:5","Weight":0}]}"#;
+        let weights: Vec<f64> = Roster::from_json(body)
+            .unwrap()
+            .members
+            .iter()
+            .map(|m| m.weight)
+            .collect();
+        assert_eq!(weights, [1.0, 1.0, 0.5, 2.5, 0.0]);
+    }
+
+    #[test]
+    fn keys_match_case_insensitively() {
+        let body = br#"{"EPOCH":"2","mEmBeRs":[{"iD":"a","ADDR":"h:1","weight":1},{"Id":"b","addr":"h:2","WeIgHt":3}]}"#;
+        let r = Roster::from_json(body).unwrap();
+        assert_eq!(r.epoch, 2);
+        assert_eq!(r.members[0], member("a", "h:1"));
+        assert_eq!(r.members[1].id, "b");
+        assert_eq!(r.members[1].weight, 3.0);
+    }
+
+    #[test]
+    fn keys_fold_long_s_with_s_as_go_does() {
+        // Go's foldName folds U+017F (ſ) with s, so a Go peer reads this as Members.
+        let body =
+            "{\"Epoch\":\"1\",\"Member\u{17F}\":[{\"ID\":\"a\",\"Addr\":\"h:1\",\"Weight\":1}]}";
+        assert_eq!(Roster::from_json(body.as_bytes()).unwrap().members.len(), 1);
+        // Escaped in the JSON text, the key is the same string.
+        let escaped = br#"{"Epoch":"1","Member\u017f":[]}"#;
+        assert!(Roster::from_json(escaped).unwrap().members.is_empty());
+    }
+
+    #[test]
+    fn a_repeated_key_in_any_spelling_overwrites_the_earlier_one() {
+        // Go v1 decodes every key that matches a field, in order: the last one wins, an
+        // exact-case spelling earlier in the object does not.
+        let r = Roster::from_json(br#"{"Epoch":"1","epoch":"2","members":[]}"#).unwrap();
+        assert_eq!(r.epoch, 2);
+        let r = Roster::from_json(br#"{"epoch":"2","Epoch":"1","Members":[]}"#).unwrap();
+        assert_eq!(r.epoch, 1);
+        let r = Roster::from_json(
+            br#"{"Epoch":"1","Members":[{"ID":"a","Addr":"h:1","Weight":1}],"members":null}"#,
+        )
+        .unwrap();
+        assert!(r.members.is_empty(), "null replaces the earlier members");
+        let r = Roster::from_json(
+            br#"{"Epoch":"1","Members":[{"ID":"a","id":"b","Addr":"h:1","Weight":1,"weight":2}]}"#,
+        )
+        .unwrap();
+        assert_eq!((r.members[0].id.as_str(), r.members[0].weight), ("b", 2.0));
+    }
+
+    #[test]
+    fn null_leaves_a_field_as_it_was() {
+        let r = Roster::from_json(br#"{"Epoch":"5","Epoch":null,"Members":[]}"#).unwrap();
+        assert_eq!(r.epoch, 5, "null after a value has no effect, as in Go");
+        let r = Roster::from_json(br#"{"Epoch":null,"Members":null}"#).unwrap();
+        assert_eq!(
+            r.epoch, NO_EPOCH,
+            "null alone is Go's zero value, the empty epoch"
+        );
+        let r = Roster::from_json(
+            br#"{"Epoch":"1","Members":[{"ID":"a","Addr":"h:1","Weight":null}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.members[0].weight, 0.0);
+    }
+
+    #[test]
+    fn a_member_that_is_not_an_object_is_malformed() {
+        for body in [
+            br#"{"Epoch":"1","Members":[null]}"#.as_slice(),
+            br#"{"Epoch":"1","Members":[1]}"#,
+            br#"{"Epoch":"1","Members":{}}"#,
+            br#"null"#,
+        ] {
+            assert!(
+                matches!(Roster::from_json(body), Err(RosterDecodeError::Json(_))),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn a_wrongly_typed_value_is_an_error_even_where_a_later_key_replaces_it() {
+        // Go's Unmarshal reports a type mismatch even when a later key overwrites the field.
+        let body =
+            br#"{"Epoch":"2","Members":[{"ID":"a","Addr":"h:1","Weight":"b"}],"Members":null}"#;
+        assert!(matches!(
+            Roster::from_json(body),
+            Err(RosterDecodeError::Json(_))
+        ));
+        // Past the member bound, elements are still decoded (and dropped), so a bad one is
+        // malformed rather than merely counted.
+        let mut items = vec![r#"{"id":"a","addr":"h:1","weight":1}"#; MAX_ROSTER_MEMBERS + 1];
+        items.push("7");
+        let body = format!(r#"{{"epoch":"1","members":[{}]}}"#, items.join(","));
+        assert!(matches!(
+            Roster::from_json(body.as_bytes()),
+            Err(RosterDecodeError::Json(_))
+        ));
+    }
+
+    #[test]
+    fn we_write_lower_case_keys() {
+        let json = String::from_utf8(
+            Roster {
+                epoch: 7,
+                members: vec![member("n1", "127.0.0.1:7070")],
+            }
+            .to_json(),
+        )
+        .unwrap();
+        assert_eq!(
+            json,
+            r#"{"epoch":"7","members":[{"id":"n1","addr":"127.0.0.1:7070","weight":1.0}]}"#
+        );
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct MergeReport {
 /// - **Epoch.** A roster with a higher epoch than the table's is newer: its hearsay
 ///   overwrites known address/weight and the table adopts its epoch. At an equal or lower
 ///   epoch, hearsay only adds unknown members and never overwrites. Epochs never go down.
+///   A roster without an epoch (a Go peer's `""`, read as [`super::NO_EPOCH`], 0) is
+///   therefore never newer than anything.
 /// - **Nothing is removed by a merge.** A member missing from someone's roster may simply
 ///   be unknown to them; liveness is a local decision ([`Membership::remove`]).
 /// - **Bounded.** When full, a newcomer evicts: a hearsay newcomer may only displace a
