@@ -303,7 +303,8 @@ impl<B: BlockSource> Pair<B> {
     /// If the client config or the request is invalid, or the pair gets stuck (see
     /// [`Pair::run`]).
     pub fn exchange(&mut self, request: ExchangeRequest<'_>) -> ExchangeOutcome {
-        self.start(request).expect("valid config and encodable request");
+        self.start(request)
+            .expect("valid config and encodable request");
         self.run()
     }
 

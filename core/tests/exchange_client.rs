@@ -8,11 +8,11 @@ use peerblock_core::client::{
     ExchangeError, ExchangeRequest, LengthError, Link, ProtocolError, RequestTimeout,
 };
 use peerblock_core::http::ResponseError;
-use peerblock_core::transmit::Close;
 use peerblock_core::pair::{Dial, Pair};
 use peerblock_core::refusal::RefusalReason;
 use peerblock_core::server::{AdmissionConfig, RelayConfig, ServerConfig, SourceResult};
 use peerblock_core::time::{Deadline, Duration, Instant};
+use peerblock_core::transmit::Close;
 use peerblock_core::wire::{BlockPath, ChunkKey};
 
 const HOST: &str = "server:7070";
@@ -857,7 +857,10 @@ fn read_buf_is_never_an_empty_window() {
         assert!(windows < 10_000, "the buffer is bounded");
     }
     assert!(windows > 0);
-    assert!(!ex.is_finished(), "withheld because full, not because finished");
+    assert!(
+        !ex.is_finished(),
+        "withheld because full, not because finished"
+    );
     ex.cancel(Instant::ZERO);
     assert!(ex.read_buf().is_none(), "finished");
 }

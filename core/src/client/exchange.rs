@@ -596,10 +596,12 @@ impl Exchange {
             ClientTimer::ResponseHeader => {
                 Ending::Failed(ExchangeError::ResponseHeaderTimeout(d.response_header))
             }
-            ClientTimer::Request => Ending::Failed(ExchangeError::RequestTimeout(match d.request {
-                RequestTimeout::After(t) => t,
-                RequestTimeout::Caller => Default::default(),
-            })),
+            ClientTimer::Request => {
+                Ending::Failed(ExchangeError::RequestTimeout(match d.request {
+                    RequestTimeout::After(t) => t,
+                    RequestTimeout::Caller => Default::default(),
+                }))
+            }
         };
         self.finish(ending);
     }

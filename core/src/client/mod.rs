@@ -14,10 +14,12 @@ pub use deadlines::{ClientTimer, DeadlineError, Deadlines, RequestTimeout};
 pub use exchange::{
     BlockRequest, Caller, ClientEvent, Connection, Exchange, ExchangeRequest, Link, RequestKind,
 };
-pub use peers::{Finished, GetTicket, Peers, PeersConfig, PeersConfigError};
 pub use outcome::{
     BreakerOutcome, BreakerPath, Classification, ConnectionFate, CooldownEntry, Ending,
     ExchangeError, ExchangeOutcome, LengthError, ProtocolError, RosterAnswer,
+};
+pub use peers::{
+    get_outcome, placement_members, Finished, GetTicket, Peers, PeersConfig, PeersConfigError,
 };
 
 use crate::http::EncodeError;

@@ -218,7 +218,12 @@ impl Peers {
     /// The exchange admitted by `ticket` ended with `outcome` at `now`: records the load
     /// it advertised, its cooldown entry and its breaker outcome, stops counting it in
     /// flight, and returns what the read machine learns.
-    pub fn finish(&mut self, now: Instant, ticket: GetTicket, outcome: ExchangeOutcome) -> Finished {
+    pub fn finish(
+        &mut self,
+        now: Instant,
+        ticket: GetTicket,
+        outcome: ExchangeOutcome,
+    ) -> Finished {
         let peer = ticket.peer;
         if let Some(load) = outcome.load {
             self.loads.record(now, peer, load);
@@ -257,8 +262,8 @@ impl Peers {
         if let Some(c) = &self.config.breaker {
             self.breaker = Some(Breaker::new(c.clone()).expect("validated in Peers::new"));
         }
-        self.cooldown = CooldownTable::new(self.config.cooldown.clone())
-            .expect("validated in Peers::new");
+        self.cooldown =
+            CooldownTable::new(self.config.cooldown.clone()).expect("validated in Peers::new");
         self.loads = LoadTable::new(self.config.load.clone()).expect("validated in Peers::new");
     }
 
