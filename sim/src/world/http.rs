@@ -30,15 +30,14 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use peerblock_core::client::Exchange;
 use peerblock_core::client::{
-    BlockRequest, Classification, ClientConfig, ClientEvent, Connection, ConnectionFate, Deadlines,
-    Ending, ExchangeError, ExchangeOutcome, ExchangeRequest, Link, RequestTimeout,
+    BlockRequest, ClientConfig, ClientEvent, Connection, ConnectionFate, Deadlines, Ending,
+    ExchangeError, ExchangeOutcome, ExchangeRequest, Link, RequestTimeout,
 };
 use peerblock_core::refusal::RefusalReason;
 use peerblock_core::server::{Accept, ServerConfig, ServerConnection, ServerEvent, SourceResult};
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey};
 
-use super::get::read_outcome;
 use super::{Ev, World};
 use crate::listener::Limit;
 use crate::metrics::GetResult;
@@ -289,8 +288,8 @@ impl World<'_> {
             expected,
             true,
         );
-        let exchange =
-            Exchange::new(now, &http.client, request, link).expect("the request is encodable");
+        let exchange = Exchange::new(now, &http.client, request, link)
+            .expect("a valid client config (the scenario's) and an encodable request");
         if let Some(get) = self.gets.get_mut(g) {
             get.http = Some(Box::new(HttpGet {
                 exchange,
@@ -763,7 +762,7 @@ impl World<'_> {
             h.exchange.handle_connected(now);
             // The request goes out right behind the handshake.
             if let Some(req) = h.exchange.poll_transmit(now) {
-                self.http_send(g, req);
+                self.http_send(g, req.head);
             }
         }
         let h = self
@@ -785,12 +784,20 @@ impl World<'_> {
         self.http_pump_client(g);
     }
 
+    /// Writes the request of GET `g` onto its connection: the simulated socket takes
+    /// every byte at once, so the exchange hears at once that it was written (its
+    /// response-header deadline starts now).
     fn http_send(&mut self, g: Handle, request: Bytes) {
-        let Some(get) = self.gets.get(g) else {
+        let now = self.now;
+        let Some(get) = self.gets.get_mut(g) else {
             return;
         };
         let (r, n) = (get.reader, get.node);
-        let Some(conn) = get.http.as_ref().and_then(|h| h.conn) else {
+        let Some(h) = get.http.as_mut() else {
+            return;
+        };
+        h.exchange.handle_transmitted(now);
+        let Some(conn) = h.conn else {
             return;
         };
         let ow = self.latency.one_way(r, n);
@@ -822,10 +829,14 @@ impl World<'_> {
                 return;
             };
             if let Some(req) = h.exchange.poll_transmit(now) {
-                self.http_send(g, req);
+                self.http_send(g, req.head);
                 continue;
             }
             match h.exchange.poll_event() {
+                // The response head arrived: the GET is making progress. (The replay's
+                // read machines hear only complete outcomes; a progress input for the
+                // read is wired where the read machine takes one.)
+                Some(ClientEvent::Head { .. }) => {}
                 Some(ClientEvent::Validate { body }) => {
                     // The driver's validator: the body must be this block's.
                     let valid = body.starts_with(&http.tokens[block as usize]);
@@ -841,7 +852,7 @@ impl World<'_> {
         let Some(h) = self.gets.get_mut(g).and_then(|get| get.http.as_mut()) else {
             return;
         };
-        if let Some(at) = h.exchange.poll_timeout() {
+        if let Some(at) = h.exchange.poll_timeout().map(|d| d.at) {
             if h.armed.is_none_or(|armed| at < armed) {
                 h.armed = Some(at);
                 self.queue
@@ -859,9 +870,6 @@ impl World<'_> {
         let Some(mut h) = get.http.take() else {
             return;
         };
-        if let Some(load) = outcome.load {
-            self.readers[r as usize].heard_load(now, n, load);
-        }
         let conn = h.conn.take();
         match (outcome.connection, conn) {
             (ConnectionFate::Reuse, Some(id)) => {
@@ -882,15 +890,13 @@ impl World<'_> {
             return;
         }
         let result = result_of(&outcome.ending);
-        let class = Classification {
-            breaker: outcome.breaker,
-            cooldown: outcome.cooldown,
-        };
         if let Ending::Block(body) = &mut outcome.ending {
             let token_len = self.http().tokens[block as usize].len();
             *body = body.slice(..token_len.min(body.len()));
         }
-        self.end_get_classified(g, result, class, read_outcome(outcome.ending));
+        // The reader's `Peers` records the advertised load, the cooldown entry and the
+        // breaker outcome, and gives the read machine its outcome.
+        self.end_get_outcome(g, result, outcome);
     }
 
     /// The reader closes its end of connection `conn` to node `n`.
@@ -1035,7 +1041,7 @@ request_timeout_ms = 30000
         let refused: Vec<_> = w
             .readers
             .iter()
-            .filter_map(|r| r.cooldown.refused_for(w.now, &peer))
+            .filter_map(|r| r.peers.cooldowns().refused_for(w.now, &peer))
             .collect();
         assert_eq!(refused, vec![Duration::from_secs(15)]);
         assert_eq!(w.metrics.get_count(GetResult::Refused), 1);
