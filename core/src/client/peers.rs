@@ -156,7 +156,7 @@ pub fn placement_members(membership: &Membership) -> Vec<Member> {
             })
         })
         .collect();
-    members.sort_by(|a, b| a.id.cmp(&b.id));
+    members.sort_by_key(|m| m.id);
     members
 }
 
