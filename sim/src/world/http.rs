@@ -3,8 +3,11 @@
 //!
 //! - The reader side of each GET is a [`peerblock_core::client::Exchange`]: it encodes the
 //!   request, runs the dial, response-header and request deadlines, applies the length
-//!   rules, sequences validation and classifies the ending. Its [`ExchangeOutcome`] is what
-//!   the breaker (with the GET's permit) and the cooldown table learn.
+//!   rules, sequences validation and classifies the ending. Its [`ExchangeOutcome`] goes to
+//!   the reader's `client::Peers` (`Peers::finish` with the GET's ticket), which records it
+//!   in the breaker, the cooldown table and the load table and gives the read its outcome.
+//!   The request is acknowledged as written as soon as it is sent (the simulated socket
+//!   takes every byte at once).
 //! - Each simulated TCP connection at a node is a [`ServerConnection`], accepted through
 //!   the node's real `server::Admission` (a full node answers with the real 503 refusal
 //!   bytes), which decodes the request, validates and routes it, takes the request slot,
