@@ -282,7 +282,7 @@ fn an_invalid_part_is_a_config_error() {
 }
 
 #[test]
-fn placement_members_come_from_the_roster_table_with_ids_parsed_and_unplaceable_ids_left_out() {
+fn placement_members_are_the_roster_members_with_parsed_ids_unplaceable_ids_left_out() {
     let id = |n: u64| peer(n).to_hex();
     let me = RosterMember {
         id: id(9),

@@ -69,8 +69,7 @@ fn same_inputs_same_outcomes() {
 }
 
 #[test]
-fn every_response_reaches_the_client_as_one_head_event_and_pooled_reuse_follows_acknowledgement(
-) {
+fn one_head_event_per_response_and_pooled_reuse_after_acknowledgement() {
     // Four exchanges on one pooled connection (the pair acknowledges each request as
     // written): one dial, one head event per response, none for a dial that never
     // produced a response.
@@ -84,7 +83,10 @@ fn every_response_reaches_the_client_as_one_head_event_and_pooled_reuse_follows_
         let _ = pair.exchange(ExchangeRequest::get("s:1", BlockRequest::new(p)));
     }
     assert_eq!(pair.stats.heads, 4);
-    assert_eq!(pair.stats.dials, 1, "the acknowledged connection was reused");
+    assert_eq!(
+        pair.stats.dials, 1,
+        "the acknowledged connection was reused"
+    );
     pair.dial = peerblock_core::pair::Dial::Blackhole;
     pair.server_silent = true;
     let _ = pair.exchange(ExchangeRequest::get("s:1", BlockRequest::new(path())));
