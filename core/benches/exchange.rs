@@ -128,7 +128,8 @@ fn machines_once(
     let mut ex = Exchange::new(Instant::ZERO, &config, req, link).unwrap();
     ex.handle_connected(Instant::ZERO);
     let request = ex.poll_transmit(Instant::ZERO).unwrap();
-    server.handle_input(Instant::ZERO, adm, &request);
+    ex.handle_transmitted(Instant::ZERO);
+    server.handle_input(Instant::ZERO, adm, &request.head);
     let Some(ServerEvent::Fetch { id, .. }) = server.poll_event() else {
         unreachable!()
     };
@@ -156,7 +157,7 @@ fn machines_once(
         let mut at = 0;
         for part in &mut wire {
             while !part.is_empty() {
-                let window = ex.read_buf();
+                let window = ex.read_buf().expect("room for the response");
                 let n = window.len().min(part.len());
                 window[..n].copy_from_slice(&part[..n]);
                 if at == t.head.len() {
@@ -177,6 +178,10 @@ fn machines_once(
         }
     }
     server.handle_transmitted(Instant::ZERO, adm);
+    // The head event, then the outcome.
+    let Some(ClientEvent::Head { status: 200 }) = ex.poll_event() else {
+        unreachable!()
+    };
     let Some(ClientEvent::Done(out)) = ex.poll_event() else {
         unreachable!()
     };

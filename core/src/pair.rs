@@ -27,10 +27,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::client::{
-    ClientConfig, ClientEvent, Connection, ConnectionFate, Exchange, ExchangeOutcome,
-    ExchangeRequest, Link,
+    ClientConfig, ClientEvent, Connection, ConnectionFate, Exchange, ExchangeConfigError,
+    ExchangeOutcome, ExchangeRequest, Link,
 };
-use crate::http::EncodeError;
 use crate::roster::{Membership, RosterMember};
 use crate::server::{
     Accept, Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
@@ -136,6 +135,8 @@ pub struct PairStats {
     pub served_bodies: Vec<Bytes>,
     /// Validator invocations.
     pub validations: u32,
+    /// [`ClientEvent::Head`]s the client emitted (response heads that arrived).
+    pub heads: u32,
     /// Connections dialed.
     pub dials: u32,
     /// Connections the server refused at accept.
@@ -260,7 +261,7 @@ impl<B: BlockSource> Pair<B> {
     }
 
     /// Starts an exchange: on the pooled connection if there is one, else by dialing.
-    pub fn start(&mut self, request: ExchangeRequest<'_>) -> Result<(), EncodeError> {
+    pub fn start(&mut self, request: ExchangeRequest<'_>) -> Result<(), ExchangeConfigError> {
         self.outcome = None;
         let link = match self.pooled.take() {
             Some(c) if !self.server_closed && (self.server.is_some() || self.script.is_some()) => {
@@ -299,9 +300,11 @@ impl<B: BlockSource> Pair<B> {
     /// Starts an exchange and runs it to its outcome.
     ///
     /// # Panics
-    /// If the request cannot be encoded, or the pair gets stuck (see [`Pair::run`]).
+    /// If the client config or the request is invalid, or the pair gets stuck (see
+    /// [`Pair::run`]).
     pub fn exchange(&mut self, request: ExchangeRequest<'_>) -> ExchangeOutcome {
-        self.start(request).expect("encodable request");
+        self.start(request)
+            .expect("valid config and encodable request");
         self.run()
     }
 
@@ -354,7 +357,11 @@ impl<B: BlockSource> Pair<B> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let client = self.client.as_ref().and_then(Exchange::poll_timeout);
+        let client = self
+            .client
+            .as_ref()
+            .and_then(Exchange::poll_timeout)
+            .map(|d| d.at);
         let server = self
             .server
             .as_ref()
@@ -429,9 +436,12 @@ impl<B: BlockSource> Pair<B> {
             let mut progress = false;
             // Client → wire.
             if let Some(c) = self.client.as_mut() {
-                while let Some(bytes) = c.poll_transmit(now) {
-                    self.stats.wire_to_server += bytes.len() as u64;
-                    self.to_server.extend(bytes.iter());
+                while let Some(t) = c.poll_transmit(now) {
+                    let len = t.head.len() + t.body.len();
+                    self.stats.wire_to_server += len as u64;
+                    self.to_server.extend(t.head.iter().chain(t.body.iter()));
+                    // The in-memory wire takes every byte at once: written, acknowledged.
+                    c.handle_transmitted(now);
                     progress = true;
                 }
             }
@@ -439,7 +449,7 @@ impl<B: BlockSource> Pair<B> {
             progress |= self.serve(now);
             // Wire → client.
             if let Some(c) = self.client.as_mut() {
-                if c.is_done() {
+                if c.is_finished() {
                     // The driver stops reading (and closes) once the exchange is over.
                 } else if !self.to_client.is_empty() {
                     let (a, _) = self.to_client.as_slices();
@@ -450,13 +460,14 @@ impl<B: BlockSource> Pair<B> {
                         progress = true;
                     }
                 }
-                if self.server_closed && self.to_client.is_empty() && !c.is_done() {
+                if self.server_closed && self.to_client.is_empty() && !c.is_finished() {
                     c.handle_eof(now);
                     progress = true;
                 }
                 while let Some(event) = c.poll_event() {
                     progress = true;
                     match event {
+                        ClientEvent::Head { .. } => self.stats.heads += 1,
                         ClientEvent::Validate { body } => {
                             self.stats.validations += 1;
                             let ok = (self.validator)(&body);

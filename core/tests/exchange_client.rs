@@ -3,14 +3,16 @@
 
 use bytes::Bytes;
 use peerblock_core::client::{
-    BlockRequest, BreakerOutcome, BreakerPath, ClientConfig, ClientEvent, ConnectionFate,
-    CooldownEntry, Ending, Exchange, ExchangeError, ExchangeRequest, LengthError, Link,
-    RequestTimeout,
+    BlockRequest, BreakerOutcome, BreakerPath, ClientConfig, ClientEvent, ClientTimer,
+    ConnectionFate, CooldownEntry, DeadlineError, Ending, Exchange, ExchangeConfigError,
+    ExchangeError, ExchangeRequest, LengthError, Link, ProtocolError, RequestTimeout,
 };
+use peerblock_core::http::ResponseError;
 use peerblock_core::pair::{Dial, Pair};
 use peerblock_core::refusal::RefusalReason;
 use peerblock_core::server::{AdmissionConfig, RelayConfig, ServerConfig, SourceResult};
-use peerblock_core::time::{Duration, Instant};
+use peerblock_core::time::{Deadline, Duration, Instant};
+use peerblock_core::transmit::Close;
 use peerblock_core::wire::{BlockPath, ChunkKey};
 
 const HOST: &str = "server:7070";
@@ -36,6 +38,18 @@ fn get_validated(n: u8, expected: u64) -> ExchangeRequest<'static> {
 
 fn secs(s: u64) -> Instant {
     Instant::from_secs(s)
+}
+
+/// Takes the request and acknowledges it as fully written at `now`, as a driver whose
+/// socket took every byte would.
+fn send(ex: &mut Exchange, now: Instant) {
+    let t = ex.poll_transmit(now).expect("the request");
+    assert!(!t.head.is_empty());
+    ex.handle_transmitted(now);
+}
+
+fn deadline(at: Instant, timer: ClientTimer) -> Option<Deadline<ClientTimer>> {
+    Some(Deadline { at, timer })
 }
 
 // ---- deadlines ----
@@ -119,10 +133,17 @@ fn disabled_request_timeout_without_caller_deadline_sets_no_deadline_after_the_h
         ..Default::default()
     };
     let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
-    assert_eq!(ex.poll_timeout(), Some(secs(1)), "only the dial deadline");
+    assert_eq!(
+        ex.poll_timeout(),
+        deadline(secs(1), ClientTimer::Dial),
+        "only the dial deadline"
+    );
     ex.handle_connected(Instant::ZERO);
-    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
-    assert_eq!(ex.poll_timeout(), Some(secs(10)));
+    send(&mut ex, Instant::ZERO);
+    assert_eq!(
+        ex.poll_timeout(),
+        deadline(secs(10), ClientTimer::ResponseHeader)
+    );
     ex.handle_input(
         Instant::ZERO,
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab",
@@ -179,8 +200,36 @@ fn content_length_above_expected_is_rejected_before_any_body_byte() {
 }
 
 #[test]
+fn content_length_below_expected_is_rejected_at_the_head_before_any_body_byte() {
+    let mut pair = Pair::new([]);
+    // Only the head is ever sent: the rejection cannot wait for the body.
+    pair.script(&b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"[..], false);
+    let out = pair.exchange(get_validated(1, 10));
+    assert_eq!(
+        pair.now,
+        Instant::ZERO,
+        "decided at the head, not by a deadline"
+    );
+    assert!(matches!(
+        out.ending,
+        Ending::Failed(ExchangeError::Length(
+            LengthError::ContentLengthBelowExpected {
+                expected: 10,
+                content_length: 9
+            }
+        ))
+    ));
+    assert_eq!(out.breaker, BreakerOutcome::HardFailure);
+    assert_eq!(pair.stats.validations, 0);
+}
+
+#[test]
 fn short_body_is_a_hard_length_error_with_no_data_and_no_validation() {
-    let mut pair = Pair::new([(path(1), block(9))]);
+    // A close-delimited body: only its end shows it short.
+    let mut pair = Pair::new([]);
+    let mut response = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_vec();
+    response.extend(block(9));
+    pair.script(response, true);
     let out = pair.exchange(get_validated(1, 10));
     assert!(matches!(
         out.ending,
@@ -205,13 +254,17 @@ fn oversized_body_of_unknown_length_is_cut_at_expected_plus_one_bytes() {
     )
     .unwrap();
     ex.handle_connected(Instant::ZERO);
-    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    send(&mut ex, Instant::ZERO);
     let head = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
     assert_eq!(ex.handle_input(Instant::ZERO, head), head.len());
+    assert!(matches!(
+        ex.poll_event(),
+        Some(ClientEvent::Head { status: 200 })
+    ));
     assert!(ex.poll_event().is_none());
     let flood = vec![b'x'; 10_000];
     let mut taken = 0;
-    while !ex.is_done() {
+    while !ex.is_finished() {
         let n = ex.handle_input(Instant::ZERO, &flood[taken..]);
         assert!(n > 0, "stalled");
         taken += n;
@@ -539,13 +592,15 @@ fn row_dial_failure_is_hard_with_failed_cooldown() {
 }
 
 #[test]
-fn row_malformed_response_is_a_hard_protocol_failure() {
+fn row_malformed_response_is_a_hard_protocol_failure_keeping_the_typed_error() {
     let mut pair = Pair::new([]);
     pair.script(&b"SMTP ready\r\n\r\n"[..], true);
     let out = pair.exchange(get(1));
     assert!(matches!(
         out.ending,
-        Ending::Failed(ExchangeError::Protocol(_))
+        Ending::Failed(ExchangeError::Protocol(ProtocolError::Http(
+            ResponseError::MalformedStatusLine
+        )))
     ));
     assert_eq!(out.breaker, BreakerOutcome::HardFailure);
 }
@@ -600,10 +655,14 @@ fn roster_fetch_takes_the_roster_breaker_path() {
     assert!(matches!(out.ending, Ending::Roster(_)));
 }
 
+/// The outcome, skipping the head event that may precede it.
 fn done(ex: &mut Exchange) -> peerblock_core::client::ExchangeOutcome {
-    match ex.poll_event() {
-        Some(ClientEvent::Done(out)) => out,
-        other => panic!("expected an outcome, got {other:?}"),
+    loop {
+        match ex.poll_event() {
+            Some(ClientEvent::Head { .. }) => continue,
+            Some(ClientEvent::Done(out)) => return out,
+            other => panic!("expected an outcome, got {other:?}"),
+        }
     }
 }
 
@@ -612,7 +671,7 @@ fn pooled_connection_closed_before_any_response_byte_asks_for_a_fresh_retry() {
     let config = ClientConfig::default();
     let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
     ex.handle_connected(Instant::ZERO);
-    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    send(&mut ex, Instant::ZERO);
     ex.handle_input(
         Instant::ZERO,
         b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
@@ -626,7 +685,7 @@ fn pooled_connection_closed_before_any_response_byte_asks_for_a_fresh_retry() {
 
     // The peer retired the idle connection just as we reused it.
     let mut ex = Exchange::new(Instant::ZERO, &config, get(2), Link::Pooled(conn)).unwrap();
-    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    send(&mut ex, Instant::ZERO);
     ex.handle_eof(Instant::ZERO);
     let out = done(&mut ex);
     assert!(matches!(out.ending, Ending::Failed(ExchangeError::Closed)));
@@ -635,7 +694,7 @@ fn pooled_connection_closed_before_any_response_byte_asks_for_a_fresh_retry() {
     // Control: on a fresh connection the same ending is an ordinary soft failure.
     let mut ex = Exchange::new(Instant::ZERO, &config, get(3), Link::Dial).unwrap();
     ex.handle_connected(Instant::ZERO);
-    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    send(&mut ex, Instant::ZERO);
     ex.handle_eof(Instant::ZERO);
     let out = done(&mut ex);
     assert!(!out.retry_fresh);
@@ -657,11 +716,15 @@ fn stray_bytes_after_a_validated_body_prevent_reuse() {
     let config = ClientConfig::default();
     let mut ex = Exchange::new(Instant::ZERO, &config, get_validated(1, 2), Link::Dial).unwrap();
     ex.handle_connected(Instant::ZERO);
-    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    send(&mut ex, Instant::ZERO);
     ex.handle_input(
         Instant::ZERO,
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     );
+    assert!(matches!(
+        ex.poll_event(),
+        Some(ClientEvent::Head { status: 200 })
+    ));
     assert!(matches!(
         ex.poll_event(),
         Some(ClientEvent::Validate { .. })
@@ -679,4 +742,219 @@ fn input_before_the_request_is_sent_is_not_taken() {
     let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
     ex.handle_connected(Instant::ZERO);
     assert_eq!(ex.handle_input(Instant::ZERO, b"HTTP/1.1"), 0);
+}
+
+// ---- the driving contract ----
+
+fn receiving() -> Exchange {
+    let mut ex =
+        Exchange::new(Instant::ZERO, &ClientConfig::default(), get(1), Link::Dial).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    ex
+}
+
+#[test]
+fn the_request_is_one_keep_open_transmit_without_status() {
+    let mut ex = receiving();
+    let t = ex.poll_transmit(Instant::ZERO).expect("the request");
+    assert!(t.head.starts_with(b"GET /peer/v1/"), "{:?}", t.head);
+    assert!(t.body.is_empty());
+    assert_eq!(t.status, None);
+    assert_eq!(t.refusal, None);
+    assert_eq!(t.close, Close::KeepOpen);
+    assert!(ex.poll_transmit(Instant::ZERO).is_none(), "handed out once");
+}
+
+#[test]
+fn response_header_deadline_starts_at_the_acknowledgement_not_at_the_take() {
+    let mut ex = receiving();
+    let _ = ex.poll_transmit(secs(1)).unwrap();
+    assert_eq!(
+        ex.poll_timeout(),
+        deadline(secs(30), ClientTimer::Request),
+        "no header deadline while the request is still being written"
+    );
+    ex.handle_transmitted(secs(4));
+    assert_eq!(
+        ex.poll_timeout(),
+        deadline(secs(14), ClientTimer::ResponseHeader)
+    );
+    // A repeated acknowledgement changes nothing.
+    ex.handle_transmitted(secs(6));
+    assert_eq!(
+        ex.poll_timeout(),
+        deadline(secs(14), ClientTimer::ResponseHeader)
+    );
+    ex.handle_timeout(Instant::from_nanos(14_000_000_000 - 1));
+    assert!(ex.poll_event().is_none());
+    ex.handle_timeout(secs(14));
+    assert!(matches!(
+        done(&mut ex).ending,
+        Ending::Failed(ExchangeError::ResponseHeaderTimeout(_))
+    ));
+}
+
+#[test]
+fn an_unacknowledged_request_never_lets_the_connection_be_reused() {
+    let mut ex = receiving();
+    let _ = ex.poll_transmit(Instant::ZERO).unwrap();
+    ex.handle_input(
+        Instant::ZERO,
+        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+    );
+    let out = done(&mut ex);
+    assert!(matches!(out.ending, Ending::Miss));
+    assert_eq!(out.connection, ConnectionFate::Close);
+    assert!(ex.take_connection().is_none());
+}
+
+#[test]
+fn head_event_is_emitted_once_before_the_outcome() {
+    let mut ex = receiving();
+    send(&mut ex, Instant::ZERO);
+    ex.handle_input(Instant::ZERO, b"HTTP/1.1 100 Continue\r\n\r\n");
+    assert!(ex.poll_event().is_none(), "an interim head is no progress");
+    ex.handle_input(
+        Instant::ZERO,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab",
+    );
+    assert!(matches!(
+        ex.poll_event(),
+        Some(ClientEvent::Head { status: 200 })
+    ));
+    assert!(ex.poll_event().is_none(), "body still incomplete");
+    ex.handle_input(Instant::ZERO, b"cd");
+    assert!(matches!(ex.poll_event(), Some(ClientEvent::Done(_))));
+    assert!(ex.poll_event().is_none());
+}
+
+#[test]
+fn read_buf_is_never_an_empty_window() {
+    let mut ex = Exchange::new(
+        Instant::ZERO,
+        &ClientConfig::default(),
+        get_validated(1, 2),
+        Link::Dial,
+    )
+    .unwrap();
+    assert!(ex.read_buf().is_none(), "dialing");
+    ex.handle_connected(Instant::ZERO);
+    assert!(ex.read_buf().is_none(), "request not handed out");
+    send(&mut ex, Instant::ZERO);
+    ex.handle_input(
+        Instant::ZERO,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    // Validating: stray bytes are buffered (no reuse) until the buffer is full; the
+    // window shrinks, and is withheld rather than offered empty.
+    let mut windows = 0;
+    while let Some(w) = ex.read_buf() {
+        assert!(!w.is_empty(), "an empty window reads as end of stream");
+        let n = w.len();
+        w.fill(b'x');
+        assert_eq!(ex.handle_read(Instant::ZERO, n), n);
+        windows += 1;
+        assert!(windows < 10_000, "the buffer is bounded");
+    }
+    assert!(windows > 0);
+    assert!(
+        !ex.is_finished(),
+        "withheld because full, not because finished"
+    );
+    ex.cancel(Instant::ZERO);
+    assert!(ex.read_buf().is_none(), "finished");
+}
+
+#[test]
+fn handle_read_and_handle_input_agree_in_every_state() {
+    // The same bytes through both paths return the same counts in every state:
+    // dialing, sending, receiving, validating and finished.
+    let response = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    let stray = b"xyz";
+    let run = |window: bool| {
+        let mut ex = Exchange::new(
+            Instant::ZERO,
+            &ClientConfig::default(),
+            get_validated(1, 2),
+            Link::Dial,
+        )
+        .unwrap();
+        let feed = |ex: &mut Exchange, data: &[u8]| -> usize {
+            if !window {
+                return ex.handle_input(Instant::ZERO, data);
+            }
+            match ex.read_buf() {
+                Some(w) => {
+                    let n = w.len().min(data.len());
+                    w[..n].copy_from_slice(&data[..n]);
+                    ex.handle_read(Instant::ZERO, n)
+                }
+                // No window offered: report the bytes read elsewhere by count.
+                None => ex.handle_read(Instant::ZERO, data.len()),
+            }
+        };
+        let mut counts = vec![feed(&mut ex, response)];
+        ex.handle_connected(Instant::ZERO);
+        counts.push(feed(&mut ex, response));
+        send(&mut ex, Instant::ZERO);
+        counts.push(feed(&mut ex, response));
+        counts.push(feed(&mut ex, stray)); // validating
+        while let Some(e) = ex.poll_event() {
+            if let ClientEvent::Validate { .. } = e {
+                ex.handle_validated(Instant::ZERO, true);
+            }
+        }
+        assert!(ex.is_finished());
+        counts.push(feed(&mut ex, stray));
+        counts
+    };
+    let slice = run(false);
+    assert_eq!(slice, vec![0, 0, response.len(), stray.len(), stray.len()]);
+    assert_eq!(run(true), slice);
+}
+
+#[test]
+fn handle_read_after_the_outcome_discards_and_reports_every_byte_taken() {
+    let mut ex = receiving();
+    ex.cancel(Instant::ZERO);
+    assert!(ex.is_finished());
+    assert_eq!(ex.handle_read(Instant::ZERO, 7), 7);
+    assert_eq!(ex.handle_input(Instant::ZERO, b"1234567"), 7);
+}
+
+#[test]
+fn cancel_is_idempotent_and_emits_one_outcome() {
+    let mut ex = receiving();
+    ex.cancel(Instant::ZERO);
+    ex.cancel(secs(1));
+    assert!(matches!(done(&mut ex).ending, Ending::Cancelled));
+    assert!(ex.poll_event().is_none());
+    assert!(ex.is_finished());
+}
+
+#[test]
+fn poll_timeout_names_the_earliest_timer_and_ties_go_to_the_caller() {
+    let req = get(1).with_deadline(secs(1));
+    let ex = Exchange::new(Instant::ZERO, &ClientConfig::default(), req, Link::Dial).unwrap();
+    // Dial (1 s) and the caller's deadline (1 s) tie: the caller's wins, never charged.
+    assert_eq!(ex.poll_timeout(), deadline(secs(1), ClientTimer::Caller));
+}
+
+#[test]
+fn new_rejects_a_zero_deadline_naming_the_field() {
+    let mut config = ClientConfig::default();
+    config.deadlines.dial = Duration::ZERO;
+    let err = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap_err();
+    assert_eq!(
+        err,
+        ExchangeConfigError::Deadline(DeadlineError::Zero { field: "dial" })
+    );
+    assert!(err.to_string().contains("`dial`"), "{err}");
+}
+
+#[test]
+fn new_rejects_an_unsendable_header_value() {
+    let bad = ExchangeRequest::get("host\r\nX-Evil: 1", BlockRequest::new(path(1)));
+    let err = Exchange::new(Instant::ZERO, &ClientConfig::default(), bad, Link::Dial).unwrap_err();
+    assert!(matches!(err, ExchangeConfigError::Request(_)), "{err:?}");
 }

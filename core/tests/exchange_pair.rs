@@ -67,3 +67,27 @@ fn same_inputs_same_outcomes() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn one_head_event_per_response_and_pooled_reuse_after_acknowledgement() {
+    // Four exchanges on one pooled connection (the pair acknowledges each request as
+    // written): one dial, one head event per response, none for a request the server
+    // never answers.
+    let block = Bytes::from(vec![5u8; 100]);
+    let mut pair = Pair::new([(path(), block)]);
+    for n in 0..4u64 {
+        let p = BlockPath {
+            key: ChunkKey::from_array([9; 32]),
+            index: n,
+        };
+        let _ = pair.exchange(ExchangeRequest::get("s:1", BlockRequest::new(p)));
+    }
+    assert_eq!(pair.stats.heads, 4);
+    assert_eq!(
+        pair.stats.dials, 1,
+        "the acknowledged connection was reused"
+    );
+    pair.server_silent = true;
+    let _ = pair.exchange(ExchangeRequest::get("s:1", BlockRequest::new(path())));
+    assert_eq!(pair.stats.heads, 4, "no response, no head event");
+}

@@ -141,3 +141,142 @@ proptest! {
         prop_assert_eq!(adm.tracked_sources(), 0);
     }
 }
+
+// ---- the client exchange ----
+
+mod client {
+    use super::*;
+    use peerblock_core::client::{
+        BlockRequest, ClientConfig, ClientEvent, Exchange, ExchangeRequest, Link,
+    };
+    use peerblock_core::wire::{BlockPath, ChunkKey};
+
+    /// One input to the exchange. `Bytes(k, n)`: the next `n` bytes of response `k`.
+    #[derive(Clone, Debug)]
+    enum In {
+        Connected,
+        Transmit(bool),
+        Ack,
+        Bytes(usize),
+        Eof,
+        Wait(u64),
+        Validate(bool),
+        Cancel,
+    }
+
+    fn input() -> impl Strategy<Value = In> {
+        prop_oneof![
+            Just(In::Connected),
+            any::<bool>().prop_map(In::Transmit),
+            Just(In::Ack),
+            (1usize..40).prop_map(In::Bytes),
+            Just(In::Eof),
+            (0u64..15_000).prop_map(In::Wait),
+            any::<bool>().prop_map(In::Validate),
+            Just(In::Cancel),
+        ]
+    }
+
+    const RESPONSES: [&[u8]; 6] = [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcdHTTP/1.1 200 OK\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 503 Service Unavailable\r\nX-Peerblock-Refused: rate\r\nRetry-After: 99\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+        b"SMTP ready\r\n\r\n",
+    ];
+
+    /// Runs `inputs` against response `k`, feeding bytes by slice or through the read
+    /// window; returns the transcript (every count taken and every event) after checking
+    /// the per-step rules.
+    fn run(k: usize, inputs: &[In], window: bool) -> Vec<String> {
+        let req = ExchangeRequest::get_validated(
+            "s:1",
+            BlockRequest::new(BlockPath {
+                key: ChunkKey::from_array([1; 32]),
+                index: 1,
+            }),
+            4,
+            true,
+        );
+        let mut ex =
+            Exchange::new(Instant::ZERO, &ClientConfig::default(), req, Link::Dial).expect("valid");
+        let wire = RESPONSES[k];
+        let (mut at, mut now) = (0usize, Instant::ZERO);
+        let (mut heads, mut dones) = (0, 0);
+        let mut log = Vec::new();
+        for i in inputs {
+            match *i {
+                In::Connected => ex.handle_connected(now),
+                In::Transmit(ack) => {
+                    if let Some(t) = ex.poll_transmit(now) {
+                        log.push(format!("tx {}", t.head.len()));
+                        if ack {
+                            ex.handle_transmitted(now);
+                        }
+                    }
+                }
+                In::Ack => ex.handle_transmitted(now),
+                In::Bytes(n) => {
+                    let chunk = &wire[at.min(wire.len())..(at + n).min(wire.len())];
+                    let finished = ex.is_finished();
+                    let taken = if !window {
+                        ex.handle_input(now, chunk)
+                    } else if let Some(w) = ex.read_buf() {
+                        assert!(!w.is_empty(), "an empty window");
+                        let m = w.len().min(chunk.len());
+                        w[..m].copy_from_slice(&chunk[..m]);
+                        ex.handle_read(now, m)
+                    } else {
+                        ex.handle_read(now, chunk.len())
+                    };
+                    assert!(taken <= chunk.len());
+                    if finished {
+                        assert_eq!(taken, chunk.len(), "after the outcome, all is discarded");
+                    }
+                    at += taken;
+                    log.push(format!("in {taken}"));
+                }
+                In::Eof => ex.handle_eof(now),
+                In::Wait(ms) => {
+                    now += Duration::from_millis(ms);
+                    ex.handle_timeout(now);
+                }
+                In::Validate(ok) => ex.handle_validated(now, ok),
+                In::Cancel => ex.cancel(now),
+            }
+            while let Some(e) = ex.poll_event() {
+                match &e {
+                    ClientEvent::Head { .. } => {
+                        heads += 1;
+                        assert_eq!(dones, 0, "a head after the outcome");
+                    }
+                    ClientEvent::Validate { .. } => assert_eq!(dones, 0),
+                    ClientEvent::Done(_) => dones += 1,
+                }
+                log.push(format!("{e:?}"));
+            }
+            assert!(heads <= 1, "more than one head event");
+            assert!(dones <= 1, "more than one outcome");
+            if ex.is_finished() {
+                assert_eq!(ex.poll_timeout(), None);
+                assert!(ex.read_buf().is_none());
+            }
+        }
+        log
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn at_most_one_head_and_one_outcome_and_both_input_forms_agree(
+            k in 0usize..RESPONSES.len(),
+            inputs in proptest::collection::vec(input(), 1..40),
+        ) {
+            let by_slice = run(k, &inputs, false);
+            let by_window = run(k, &inputs, true);
+            prop_assert_eq!(by_slice, by_window);
+        }
+    }
+}

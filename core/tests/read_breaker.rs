@@ -20,7 +20,8 @@ struct DriverView<'a> {
 
 impl PeerView for DriverView<'_> {
     fn eligible(&self, now: Instant, peer: &PeerId) -> bool {
-        self.breaker.state(now, peer) != State::Open && self.cooldowns.eligible(now, peer)
+        // The documented check: `healthy`, what the next admission would say.
+        self.breaker.healthy(now, peer) && self.cooldowns.eligible(now, peer)
     }
     fn refused_for(&self, now: Instant, peer: &PeerId) -> Option<Duration> {
         PeerView::refused_for(self.cooldowns, now, peer)

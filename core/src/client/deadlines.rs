@@ -5,14 +5,19 @@
 //!
 //! | timer | default | catches | why this value |
 //! |---|---|---|---|
-//! | [`Timer::Dial`] | [`DEFAULT_DIAL_TIMEOUT`] (1 s) | the peer's machine is gone | a dead host sends no RST; without a bound the dial falls back to the OS SYN retry schedule (minutes). Peers share a cluster: no connection within a second means unusable |
-//! | [`Timer::ResponseHeader`] | [`DEFAULT_RESPONSE_HEADER_TIMEOUT`] (10 s) | the host died while our pooled connection to it sat idle: the write succeeds locally and nothing comes back | must stay above a relay's legitimate time to first byte (it may have to reach its own parent or the origin first) |
-//! | [`Timer::Request`] | [`DEFAULT_REQUEST_TIMEOUT`] (30 s) | a slow but live transfer | bounds the whole exchange, body included |
+//! | [`ClientTimer::Dial`] | [`DEFAULT_DIAL_TIMEOUT`] (1 s) | the peer's machine is gone | a dead host sends no RST; without a bound the dial falls back to the OS SYN retry schedule (minutes). Peers share a cluster: no connection within a second means unusable |
+//! | [`ClientTimer::ResponseHeader`] | [`DEFAULT_RESPONSE_HEADER_TIMEOUT`] (10 s) | the host died while our pooled connection to it sat idle: the write succeeds locally and nothing comes back | must stay above a relay's legitimate time to first byte (it may have to reach its own parent or the origin first) |
+//! | [`ClientTimer::Request`] | [`DEFAULT_REQUEST_TIMEOUT`] (30 s) | a slow but live transfer | bounds the whole exchange, body included |
 //!
-//! plus [`Timer::Caller`], the caller's own deadline if it has one. A disabled request
+//! plus [`ClientTimer::Caller`], the caller's own deadline if it has one. A disabled request
 //! timeout ([`RequestTimeout::Caller`], the reference's "negative") defers entirely to it.
+//!
+//! The response-header deadline starts when the driver acknowledges the request as fully
+//! written (`Exchange::handle_transmitted`), not when it takes the bytes: a request stuck
+//! in a full send buffer is the request deadline's business, and the response-header
+//! bound then measures only the peer's time to answer.
 
-use crate::time::{Duration, Instant};
+use crate::time::{Deadline, Duration, Instant};
 
 /// Default dial deadline: 1 s (see the module table).
 pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -36,7 +41,8 @@ pub enum RequestTimeout {
 pub struct Deadlines {
     /// From start until the driver reports the connection established.
     pub dial: Duration,
-    /// From the request handed to the driver until the response head is complete.
+    /// From the request acknowledged as written (`Exchange::handle_transmitted`) until the
+    /// response head is complete.
     pub response_header: Duration,
     /// From start until the exchange ends.
     pub request: RequestTimeout,
@@ -82,11 +88,13 @@ impl Deadlines {
     }
 }
 
-/// The kinds of timer an exchange arms. The declaration order is the precedence when
-/// several expire at the same instant: the caller's own deadline first (a cancellation is
-/// never charged to the peer), then the most specific bound.
+/// The kinds of timer an exchange arms: what
+/// [`Exchange::poll_timeout`](super::Exchange::poll_timeout)'s
+/// [`Deadline`] names. The declaration order is the precedence when several expire at the
+/// same instant: the caller's own deadline first (a cancellation is never charged to the
+/// peer), then the most specific bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Timer {
+pub enum ClientTimer {
     /// The caller's own deadline: ends the exchange as a cancellation.
     Caller,
     /// Connection not established in time: a dial failure (hard).
@@ -97,13 +105,13 @@ pub enum Timer {
     Request,
 }
 
-impl Timer {
+impl ClientTimer {
     /// Every timer, in precedence order.
-    pub const ALL: [Timer; 4] = [
-        Timer::Caller,
-        Timer::Dial,
-        Timer::ResponseHeader,
-        Timer::Request,
+    pub const ALL: [ClientTimer; 4] = [
+        ClientTimer::Caller,
+        ClientTimer::Dial,
+        ClientTimer::ResponseHeader,
+        ClientTimer::Request,
     ];
 
     const fn index(self) -> usize {
@@ -111,46 +119,48 @@ impl Timer {
     }
 }
 
-/// A deadline per [`Timer`] kind; `None` is disarmed. Four words, no allocation.
+/// A deadline per [`ClientTimer`] kind; `None` is disarmed. Four words, no allocation.
+/// Private to the client: drivers see only [`Deadline`]s.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TimerTable {
+pub(crate) struct TimerTable {
     at: [Option<Instant>; 4],
 }
 
 impl TimerTable {
     /// Arms `timer` to fire at `at` (re-arming replaces the old deadline).
-    pub fn set(&mut self, timer: Timer, at: Instant) {
+    pub(crate) fn set(&mut self, timer: ClientTimer, at: Instant) {
         self.at[timer.index()] = Some(at);
     }
 
     /// Disarms `timer`.
-    pub fn stop(&mut self, timer: Timer) {
+    pub(crate) fn stop(&mut self, timer: ClientTimer) {
         self.at[timer.index()] = None;
     }
 
     /// Disarms every timer.
-    pub fn stop_all(&mut self) {
+    pub(crate) fn stop_all(&mut self) {
         self.at = [None; 4];
     }
 
     /// When `timer` fires, if armed.
-    pub fn get(&self, timer: Timer) -> Option<Instant> {
+    pub(crate) fn get(&self, timer: ClientTimer) -> Option<Instant> {
         self.at[timer.index()]
     }
 
-    /// The earliest armed deadline.
-    pub fn next(&self) -> Option<Instant> {
-        self.at.iter().flatten().min().copied()
+    /// The earliest armed deadline and its kind, ties broken by [`ClientTimer`]
+    /// precedence.
+    pub(crate) fn next(&self) -> Option<Deadline<ClientTimer>> {
+        ClientTimer::ALL
+            .into_iter()
+            .filter_map(|t| self.get(t).map(|at| (at, t)))
+            .min()
+            .map(|(at, timer)| Deadline { at, timer })
     }
 
     /// The timer that has expired at `now`: the earliest deadline at or before `now`,
-    /// ties broken by [`Timer`] precedence.
-    pub fn expired(&self, now: Instant) -> Option<Timer> {
-        Timer::ALL
-            .into_iter()
-            .filter_map(|t| self.get(t).filter(|&at| at <= now).map(|at| (at, t)))
-            .min()
-            .map(|(_, t)| t)
+    /// ties broken by [`ClientTimer`] precedence.
+    pub(crate) fn expired(&self, now: Instant) -> Option<ClientTimer> {
+        self.next().filter(|d| d.at <= now).map(|d| d.timer)
     }
 }
 
@@ -190,18 +200,24 @@ mod tests {
     fn table_reports_earliest_and_breaks_ties_by_precedence() {
         let mut t = TimerTable::default();
         assert_eq!(t.next(), None);
-        t.set(Timer::Request, Instant::from_secs(30));
-        t.set(Timer::Dial, Instant::from_secs(1));
-        assert_eq!(t.next(), Some(Instant::from_secs(1)));
+        t.set(ClientTimer::Request, Instant::from_secs(30));
+        t.set(ClientTimer::Dial, Instant::from_secs(1));
+        assert_eq!(
+            t.next(),
+            Some(Deadline {
+                at: Instant::from_secs(1),
+                timer: ClientTimer::Dial
+            })
+        );
         assert_eq!(t.expired(Instant::from_millis(999)), None);
-        assert_eq!(t.expired(Instant::from_secs(1)), Some(Timer::Dial));
-        t.stop(Timer::Dial);
-        t.set(Timer::Caller, Instant::from_secs(30));
-        assert_eq!(t.expired(Instant::from_secs(40)), Some(Timer::Caller));
-        t.set(Timer::ResponseHeader, Instant::from_secs(11));
+        assert_eq!(t.expired(Instant::from_secs(1)), Some(ClientTimer::Dial));
+        t.stop(ClientTimer::Dial);
+        t.set(ClientTimer::Caller, Instant::from_secs(30));
+        assert_eq!(t.expired(Instant::from_secs(40)), Some(ClientTimer::Caller));
+        t.set(ClientTimer::ResponseHeader, Instant::from_secs(11));
         assert_eq!(
             t.expired(Instant::from_secs(40)),
-            Some(Timer::ResponseHeader)
+            Some(ClientTimer::ResponseHeader)
         );
         t.stop_all();
         assert_eq!(t.next(), None);

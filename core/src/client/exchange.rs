@@ -2,19 +2,20 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::deadlines::{RequestTimeout, Timer, TimerTable};
+use super::deadlines::{ClientTimer, RequestTimeout, TimerTable};
 use super::outcome::{
     BreakerPath, ConnectionFate, Ending, ExchangeError, ExchangeOutcome, ProtocolError,
     RosterAnswer,
 };
-use super::ClientConfig;
+use super::{ClientConfig, ExchangeConfigError};
 use crate::http::{
-    BodyLimit, EncodeError, OutgoingRequest, RequestTarget, ResponseDecoder, ResponseError,
-    ResponseEvent, ResponseHead,
+    BodyLimit, OutgoingRequest, RequestTarget, ResponseDecoder, ResponseError, ResponseEvent,
+    ResponseHead,
 };
 use crate::refusal::PeerRefusal;
 use crate::roster::{Roster, MAX_ROSTER_BYTES};
-use crate::time::Instant;
+use crate::time::{Deadline, Instant};
+use crate::transmit::{Close, Transmit};
 use crate::wire::{BlockPath, Hop};
 
 /// A live HTTP/1.1 connection's client-side state, kept between exchanges.
@@ -166,6 +167,14 @@ impl<'a> ExchangeRequest<'a> {
 /// What the machine asks of the driver besides bytes.
 #[derive(Debug)]
 pub enum ClientEvent {
+    /// The final response head arrived (interim `1xx` heads are skipped): the exchange is
+    /// making progress. Emitted at most once, before any other event of the response.
+    /// A driver running a read tells the read machine (its GET progress input), so a GET
+    /// whose bytes are flowing is not hedged as if it were silent.
+    Head {
+        /// The response status.
+        status: u16,
+    },
     /// Run the caller's validator on `body` (exactly the expected length), then report
     /// with [`Exchange::handle_validated`]. Timers keep running meanwhile.
     Validate {
@@ -188,7 +197,7 @@ enum State {
     Dialing,
     /// Request queued for [`Exchange::poll_transmit`].
     Sending,
-    /// Request handed to the driver; reading the response.
+    /// Request handed to the driver (acknowledged or not); reading the response.
     Receiving,
     /// Body handed to the validator.
     Validating { body: Bytes },
@@ -200,25 +209,37 @@ enum State {
 ///
 /// # Driving contract
 ///
-/// 1. Create with [`Exchange::new`]: with [`Link::Dial`] the driver dials now and reports
+/// The same verbs as every machine in core (`docs/architecture.md`):
+///
+/// 1. Create with [`Exchange::new`] (it validates the config and the request): with
+///    [`Link::Dial`] the driver dials now and reports
 ///    [`handle_connected`](Self::handle_connected) or
 ///    [`handle_dial_failed`](Self::handle_dial_failed); with [`Link::Pooled`] the request
 ///    is ready at once.
-/// 2. Write what [`poll_transmit`](Self::poll_transmit) returns (the response-header
-///    deadline starts when it is taken).
-/// 3. Feed received bytes with [`handle_input`](Self::handle_input) (it returns how many
-///    it took; keep the rest for after the next call) and the peer's close with
+/// 2. Write what [`poll_transmit`](Self::poll_transmit) returns (one [`Transmit`]: the
+///    request head, no body, [`Close::KeepOpen`]) and, once every byte of it is written,
+///    acknowledge it with [`handle_transmitted`](Self::handle_transmitted). The
+///    response-header deadline starts at that acknowledgement.
+/// 3. Feed received bytes: read the socket into [`read_buf`](Self::read_buf) and report
+///    with [`handle_read`](Self::handle_read), or hand a slice to
+///    [`handle_input`](Self::handle_input). Both return how many bytes were taken (keep
+///    the rest for after the next drain) and agree in every state: nothing before the
+///    request is handed out, what the decoder takes while the response is read, and
+///    everything (discarded) once the exchange is finished. The peer's close is
 ///    [`handle_eof`](Self::handle_eof).
-/// 4. Drain [`poll_event`](Self::poll_event): a [`ClientEvent::Validate`] asks for the
-///    validator's verdict ([`handle_validated`](Self::handle_validated)); a
+/// 4. Drain [`poll_event`](Self::poll_event) until `None` after every input: a
+///    [`ClientEvent::Head`] says the response head arrived; a [`ClientEvent::Validate`]
+///    asks for the validator's verdict ([`handle_validated`](Self::handle_validated)); a
 ///    [`ClientEvent::Done`] carries the classified outcome and, if reusable, the
-///    connection.
-/// 5. Wake at [`poll_timeout`](Self::poll_timeout) and call
-///    [`handle_timeout`](Self::handle_timeout); the caller may [`cancel`](Self::cancel)
-///    at any time.
+///    connection ([`take_connection`](Self::take_connection)).
+/// 5. Wake at [`poll_timeout`](Self::poll_timeout) (a [`Deadline`] naming the
+///    [`ClientTimer`]) and call [`handle_timeout`](Self::handle_timeout); spurious calls
+///    are harmless. The caller may [`cancel`](Self::cancel) at any time (idempotent).
+///    [`is_finished`](Self::is_finished) says the outcome has been produced.
 ///
 /// Time never goes backwards: an earlier `now` than already seen is treated as the latest
-/// seen. After the outcome every input is ignored and `poll_timeout` is `None`.
+/// seen. After the outcome every input is ignored (bytes are reported taken) and
+/// `poll_timeout` is `None`.
 #[derive(Debug)]
 pub struct Exchange {
     config: ClientConfig,
@@ -238,17 +259,41 @@ pub struct Exchange {
     received: bool,
     /// The load the peer advertised in the response head, once it arrived.
     load: Option<u32>,
+    /// The request was acknowledged as fully written: only then may the connection be
+    /// reused (a half-written request on a pooled connection would corrupt the next).
+    written: bool,
+    /// A [`ClientEvent::Head`] waiting in `poll_event` (it precedes `event`).
+    head_event: Option<u16>,
+}
+
+/// Bytes offered to the exchange: a slice, or `n` bytes read into the `read_buf` window.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    Slice(&'a [u8]),
+    Window(usize),
+}
+
+impl Input<'_> {
+    fn len(self) -> usize {
+        match self {
+            Input::Slice(data) => data.len(),
+            Input::Window(n) => n,
+        }
+    }
 }
 
 impl Exchange {
-    /// Starts an exchange at `now`. Fails only if a header value in `request` cannot be
-    /// sent (control characters): local misuse, nothing reaches the wire.
+    /// Starts an exchange at `now`. Fails, with nothing reaching the wire, on local
+    /// misuse: a `config` that [`ClientConfig::validate`] rejects (the error names the
+    /// field) or a header value in `request` that cannot be sent (control characters).
+    /// A caller deadline already past ends the exchange at once, as a cancellation.
     pub fn new(
         now: Instant,
         config: &ClientConfig,
         request: ExchangeRequest<'_>,
         link: Link,
-    ) -> Result<Exchange, EncodeError> {
+    ) -> Result<Exchange, ExchangeConfigError> {
+        config.validate()?;
         let (outgoing, want, limit, path) = match request.kind {
             RequestKind::Get(block) => (
                 block_request(request.host, &block),
@@ -288,15 +333,15 @@ impl Exchange {
         outgoing.encode(&mut buf)?;
         let mut timers = TimerTable::default();
         if let RequestTimeout::After(d) = config.deadlines.request {
-            timers.set(Timer::Request, now + d);
+            timers.set(ClientTimer::Request, now + d);
         }
         if let Some(at) = request.caller_deadline {
-            timers.set(Timer::Caller, at);
+            timers.set(ClientTimer::Caller, at);
         }
         let pooled = matches!(link, Link::Pooled(_));
         let (state, connection) = match link {
             Link::Dial => {
-                timers.set(Timer::Dial, now + config.deadlines.dial);
+                timers.set(ClientTimer::Dial, now + config.deadlines.dial);
                 (State::Dialing, None)
             }
             Link::Pooled(c) => (State::Sending, Some(c)),
@@ -316,6 +361,8 @@ impl Exchange {
             pooled,
             received: false,
             load: None,
+            written: false,
+            head_event: None,
         };
         // A deadline already in the past (a caller deadline before now) ends it at once.
         exchange.handle_timeout(now);
@@ -325,7 +372,7 @@ impl Exchange {
     /// After a [`ClientEvent::Done`] whose outcome says [`ConnectionFate::Reuse`]: the
     /// connection, to pool. `None` otherwise (and on a second call).
     pub fn take_connection(&mut self) -> Option<Connection> {
-        if self.is_done() {
+        if self.is_finished() {
             self.connection.take()
         } else {
             None
@@ -338,7 +385,7 @@ impl Exchange {
     }
 
     /// Whether the outcome has been produced (it may still be waiting in `poll_event`).
-    pub fn is_done(&self) -> bool {
+    pub fn is_finished(&self) -> bool {
         matches!(self.state, State::Done)
     }
 
@@ -351,7 +398,7 @@ impl Exchange {
     pub fn handle_connected(&mut self, now: Instant) {
         self.clamp(now);
         if matches!(self.state, State::Dialing) {
-            self.timers.stop(Timer::Dial);
+            self.timers.stop(ClientTimer::Dial);
             self.connection = Some(Connection::new());
             self.state = State::Sending;
         }
@@ -365,10 +412,15 @@ impl Exchange {
         }
     }
 
-    /// The request bytes to write, once. Taking them starts the response-header deadline.
+    /// The request to write, once: its head (the body is empty), `status` `None`, and
+    /// [`Close::KeepOpen`]. Acknowledge it with
+    /// [`handle_transmitted`](Self::handle_transmitted) once fully written. `None` before
+    /// the connection is up, after the request was handed out, and once finished. A
+    /// pooled connection that can no longer carry a request finishes the exchange as
+    /// [`ExchangeError::Closed`] here.
     #[must_use]
-    pub fn poll_transmit(&mut self, now: Instant) -> Option<Bytes> {
-        let now = self.clamp(now);
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        self.clamp(now);
         if !matches!(self.state, State::Sending) {
             return None;
         }
@@ -380,77 +432,97 @@ impl Exchange {
             self.finish(Ending::Failed(ExchangeError::Closed));
             return None;
         }
-        self.timers.set(
-            Timer::ResponseHeader,
-            now + self.config.deadlines.response_header,
-        );
         self.state = State::Receiving;
-        Some(request)
+        Some(Transmit {
+            head: request,
+            body: Bytes::new(),
+            status: None,
+            refusal: None,
+            close: Close::KeepOpen,
+        })
+    }
+
+    /// The request from [`poll_transmit`](Self::poll_transmit) is fully written. Starts
+    /// the response-header deadline (unless the head already arrived): from here on the
+    /// wait is the peer's. Only an acknowledged request lets the connection be reused.
+    /// Ignored when no request is outstanding (a spurious or repeated acknowledgement).
+    pub fn handle_transmitted(&mut self, now: Instant) {
+        let now = self.clamp(now);
+        let outstanding = self.request.is_none()
+            && !self.written
+            && matches!(self.state, State::Receiving | State::Validating { .. });
+        if !outstanding {
+            return;
+        }
+        self.written = true;
+        if matches!(self.state, State::Receiving) && self.head.is_none() {
+            self.timers.set(
+                ClientTimer::ResponseHeader,
+                now + self.config.deadlines.response_header,
+            );
+        }
     }
 
     /// Bytes received from the peer. Returns how many were taken; keep the rest and offer
-    /// them again after draining events. Before the request is handed out nothing is taken;
-    /// input after the outcome is discarded (reported as taken).
+    /// them again after draining events. Before the request is handed out nothing is
+    /// taken (0); once the exchange is finished every byte is discarded and reported as
+    /// taken. Always the same count as [`handle_read`](Self::handle_read) would give.
     pub fn handle_input(&mut self, now: Instant, data: &[u8]) -> usize {
-        self.clamp(now);
-        let Some(conn) = self.connection.as_mut() else {
-            return data.len();
-        };
-        match self.state {
-            // Nothing sent yet: not now (the driver keeps the bytes).
-            State::Dialing | State::Sending => return 0,
-            // The response is complete: anything more is stray. Buffering it makes the
-            // decoder non-idle, so the connection is not reused.
-            State::Validating { .. } => return conn.decoder.feed(data),
-            State::Done => return data.len(),
-            State::Receiving => {}
-        }
-        let taken = conn.decoder.feed(data);
-        self.received |= taken > 0;
-        self.drive();
-        taken
+        self.take(now, Input::Slice(data))
     }
 
     /// A window to read the peer's bytes into directly, saving the copy
     /// [`handle_input`](Self::handle_input) makes into the decoder's buffer (see
     /// [`ResponseDecoder::read_buf`](crate::http::ResponseDecoder::read_buf)). Write what
-    /// the socket read at its start, then call [`handle_read`](Self::handle_read). Empty
-    /// when nothing would be taken now (before the request is handed out, once the
-    /// outcome is out, or with a full buffer: drain events first).
-    pub fn read_buf(&mut self) -> &mut [u8] {
+    /// the socket read at its start, then call [`handle_read`](Self::handle_read).
+    /// `None` (never an empty window, which a read would report as end of stream) when
+    /// nothing would be taken now: before the request is handed out, once finished, or
+    /// with a full buffer (drain events first).
+    pub fn read_buf(&mut self) -> Option<&mut [u8]> {
         match (&self.state, self.connection.as_mut()) {
-            (State::Receiving | State::Validating { .. }, Some(conn)) => conn.decoder.read_buf(),
-            _ => &mut [],
+            (State::Receiving | State::Validating { .. }, Some(conn)) => {
+                let window = conn.decoder.read_buf();
+                if window.is_empty() {
+                    None
+                } else {
+                    Some(window)
+                }
+            }
+            _ => None,
         }
     }
 
     /// `n` bytes were read into the [`read_buf`](Self::read_buf) window: the same as
-    /// [`handle_input`](Self::handle_input) with those bytes, without the copy. Returns
-    /// how many were taken (never more than the window held).
+    /// [`handle_input`](Self::handle_input) with those bytes, without the copy, and the
+    /// same return in every state (never more than the window held while receiving).
     pub fn handle_read(&mut self, now: Instant, n: usize) -> usize {
-        self.clamp(now);
-        let Some(conn) = self.connection.as_mut() else {
-            return 0;
-        };
-        match self.state {
-            State::Receiving => {}
-            // Stray bytes after the response: buffered, so the connection is not reused.
-            State::Validating { .. } => return conn.decoder.advance(n),
-            State::Dialing | State::Sending | State::Done => return 0,
-        }
-        let taken = conn.decoder.advance(n);
-        self.received |= taken > 0;
-        self.drive();
-        taken
+        self.take(now, Input::Window(n))
     }
 
-    /// How many bytes [`handle_input`](Self::handle_input) would take now (a read-size
-    /// hint for the driver).
-    pub fn room(&self) -> usize {
-        match (&self.state, &self.connection) {
-            (State::Receiving, Some(c)) => c.decoder.room(),
-            _ => 0,
+    fn take(&mut self, now: Instant, input: Input<'_>) -> usize {
+        self.clamp(now);
+        match self.state {
+            // Nothing sent yet: not now (the driver keeps the bytes).
+            State::Dialing | State::Sending => return 0,
+            // Finished: anything more is discarded.
+            State::Done => return input.len(),
+            State::Receiving | State::Validating { .. } => {}
         }
+        let Some(conn) = self.connection.as_mut() else {
+            // Receiving always has a connection (the request went out on one).
+            return input.len();
+        };
+        let taken = match input {
+            Input::Slice(data) => conn.decoder.feed(data),
+            Input::Window(n) => conn.decoder.advance(n),
+        };
+        if matches!(self.state, State::Receiving) {
+            self.received |= taken > 0;
+            self.drive();
+        }
+        // Validating: the response is complete; stray bytes stay buffered, which makes
+        // the decoder non-idle, so the connection is not reused.
+        taken
     }
 
     /// The peer closed its side (or the connection broke).
@@ -492,17 +564,17 @@ impl Exchange {
     }
 
     /// The caller gave up (a hedging loser, a client that went away). Recorded as
-    /// answered: the peer is not to blame.
+    /// answered: the peer is not to blame. Idempotent; ignored once finished.
     pub fn cancel(&mut self, now: Instant) {
         self.clamp(now);
-        if !self.is_done() {
+        if !self.is_finished() {
             self.finish(Ending::Cancelled);
         }
     }
 
-    /// The earliest deadline, or `None` once done.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.is_done() {
+    /// The earliest deadline and which [`ClientTimer`] it is, or `None` once finished.
+    pub fn poll_timeout(&self) -> Option<Deadline<ClientTimer>> {
+        if self.is_finished() {
             return None;
         }
         self.timers.next()
@@ -511,7 +583,7 @@ impl Exchange {
     /// Fires whichever deadline has passed at `now`. Spurious calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.clamp(now);
-        if self.is_done() {
+        if self.is_finished() {
             return;
         }
         let Some(timer) = self.timers.expired(now) else {
@@ -519,22 +591,27 @@ impl Exchange {
         };
         let d = self.config.deadlines;
         let ending = match timer {
-            Timer::Caller => Ending::Cancelled,
-            Timer::Dial => Ending::Failed(ExchangeError::DialTimeout(d.dial)),
-            Timer::ResponseHeader => {
+            ClientTimer::Caller => Ending::Cancelled,
+            ClientTimer::Dial => Ending::Failed(ExchangeError::DialTimeout(d.dial)),
+            ClientTimer::ResponseHeader => {
                 Ending::Failed(ExchangeError::ResponseHeaderTimeout(d.response_header))
             }
-            Timer::Request => Ending::Failed(ExchangeError::RequestTimeout(match d.request {
-                RequestTimeout::After(t) => t,
-                RequestTimeout::Caller => Default::default(),
-            })),
+            ClientTimer::Request => {
+                Ending::Failed(ExchangeError::RequestTimeout(match d.request {
+                    RequestTimeout::After(t) => t,
+                    RequestTimeout::Caller => Default::default(),
+                }))
+            }
         };
         self.finish(ending);
     }
 
-    /// The next thing for the driver to do.
+    /// The next thing for the driver to do; drain until `None` after every input.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        if let Some(status) = self.head_event.take() {
+            return Some(ClientEvent::Head { status });
+        }
         self.event.take()
     }
 
@@ -547,13 +624,18 @@ impl Exchange {
             match conn.decoder.poll() {
                 Ok(None) => return,
                 Ok(Some(ResponseEvent::Head(head))) => {
-                    self.timers.stop(Timer::ResponseHeader);
+                    self.timers.stop(ClientTimer::ResponseHeader);
                     self.load = head.load();
+                    self.head_event = Some(head.status());
                     self.head = Some(head);
                 }
                 Ok(Some(ResponseEvent::Body(body))) => {
                     let Some(head) = self.head.take() else {
-                        self.finish(protocol("body without a head"));
+                        // The decoder emits every body after its head; were it ever not
+                        // to, these bytes were not the response we asked for.
+                        self.finish(Ending::Failed(ExchangeError::Protocol(
+                            ProtocolError::Http(ResponseError::Unsolicited),
+                        )));
                         return;
                     };
                     self.on_response(head, body);
@@ -632,7 +714,7 @@ impl Exchange {
         self.timers.stop_all();
         self.head = None;
         let fate = match self.connection.as_mut() {
-            Some(c) if keep_alive && c.decoder.is_idle() => {
+            Some(c) if keep_alive && self.written && c.decoder.is_idle() => {
                 c.exchanges += 1;
                 ConnectionFate::Reuse
             }
@@ -658,16 +740,10 @@ fn block_request<'a>(host: &'a str, block: &BlockRequest<'a>) -> OutgoingRequest
     r
 }
 
-fn protocol(what: &str) -> Ending {
-    Ending::Failed(ExchangeError::Protocol(ProtocolError::Http(
-        what.to_owned(),
-    )))
-}
-
 fn response_error(e: ResponseError) -> ExchangeError {
     match e {
         ResponseError::Length(l) => ExchangeError::Length(l),
         ResponseError::Truncated => ExchangeError::Closed,
-        other => ExchangeError::Protocol(ProtocolError::Http(other.to_string())),
+        other => ExchangeError::Protocol(ProtocolError::Http(other)),
     }
 }

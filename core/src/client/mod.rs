@@ -1,14 +1,16 @@
 //! The client side of a peer exchange: one request to one peer.
 //!
 //! The driver dials, moves bytes and runs timers; this module decides when to give up
-//! ([`deadlines`]), reads and classifies the response ([`exchange`]), and says what the
-//! ending means for the breaker and the cooldown table ([`outcome`]).
+//! ([`deadlines`]), reads and classifies the response ([`exchange`]), says what the
+//! ending means for the breaker and the cooldown table ([`outcome`]), and keeps the
+//! client's shared knowledge of its peers, which the read machine consults ([`peers`]).
 
 pub mod deadlines;
 pub mod exchange;
 pub mod outcome;
+pub mod peers;
 
-pub use deadlines::{DeadlineError, Deadlines, RequestTimeout, Timer, TimerTable};
+pub use deadlines::{ClientTimer, DeadlineError, Deadlines, RequestTimeout};
 pub use exchange::{
     BlockRequest, Caller, ClientEvent, Connection, Exchange, ExchangeRequest, Link, RequestKind,
 };
@@ -16,7 +18,11 @@ pub use outcome::{
     BreakerOutcome, BreakerPath, Classification, ConnectionFate, CooldownEntry, Ending,
     ExchangeError, ExchangeOutcome, LengthError, ProtocolError, RosterAnswer,
 };
+pub use peers::{
+    get_outcome, placement_members, Finished, GetTicket, Peers, PeersConfig, PeersConfigError,
+};
 
+use crate::http::EncodeError;
 use crate::time::Duration;
 
 /// Default [`ClientConfig::max_body`]: 64 MiB.
@@ -46,5 +52,90 @@ impl Default for ClientConfig {
             max_refusal_cooldown: crate::refusal::DEFAULT_MAX_RETRY_AFTER,
             max_body: DEFAULT_MAX_BODY,
         }
+    }
+}
+
+/// Local misuse found by [`Exchange::new`]: a configuration that could never let an
+/// exchange succeed, or a request that cannot be sent. Nothing reached the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExchangeConfigError {
+    /// A deadline in [`ClientConfig::deadlines`] is zero (the error names the field).
+    #[error(transparent)]
+    Deadline(#[from] DeadlineError),
+    /// A bound in [`ClientConfig`] is zero.
+    #[error("client config `{field}` is zero: {why}")]
+    Zero {
+        /// The offending field.
+        field: &'static str,
+        /// What a zero would do.
+        why: &'static str,
+    },
+    /// A header value of the request cannot be sent (control characters).
+    #[error(transparent)]
+    Request(#[from] EncodeError),
+}
+
+impl ClientConfig {
+    /// Checks every field: each deadline ([`Deadlines::validate`]), `max_body` and
+    /// `max_refusal_cooldown` non-zero. [`Exchange::new`] calls it.
+    pub fn validate(&self) -> Result<(), ExchangeConfigError> {
+        self.deadlines.validate()?;
+        if self.max_body == 0 {
+            return Err(ExchangeConfigError::Zero {
+                field: "max_body",
+                why: "every unvalidated GET would fail on its first body byte",
+            });
+        }
+        if self.max_refusal_cooldown.is_zero() {
+            return Err(ExchangeConfigError::Zero {
+                field: "max_refusal_cooldown",
+                why: "a refusing peer would never be skipped",
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid() {
+        assert_eq!(ClientConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn zero_bounds_are_config_errors_naming_the_field() {
+        let c = ClientConfig {
+            max_body: 0,
+            ..ClientConfig::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ExchangeConfigError::Zero {
+                field: "max_body",
+                ..
+            })
+        ));
+        let c = ClientConfig {
+            max_refusal_cooldown: Duration::ZERO,
+            ..ClientConfig::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ExchangeConfigError::Zero {
+                field: "max_refusal_cooldown",
+                ..
+            })
+        ));
+        let mut c = ClientConfig::default();
+        c.deadlines.response_header = Duration::ZERO;
+        assert_eq!(
+            c.validate(),
+            Err(ExchangeConfigError::Deadline(DeadlineError::Zero {
+                field: "response_header"
+            }))
+        );
     }
 }

@@ -35,6 +35,8 @@ use bytes::Bytes;
 
 pub use crate::http::LengthError;
 
+use crate::http::ResponseError;
+
 use crate::refusal::PeerRefusal;
 use crate::roster::{Roster, RosterDecodeError};
 use crate::time::Duration;
@@ -61,12 +63,15 @@ pub enum BreakerPath {
 /// `None` when the peer sent none (the table's default refused cooldown applies).
 pub use crate::cooldown::DialOutcome as CooldownEntry;
 
-/// A response that is not the wire form. The peer's fault.
+/// A response that is not the wire form. The peer's fault: the typed error is kept so a
+/// driver can log it, count it and charge the peer (the breaker already records it as a
+/// hard failure).
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
-    /// The response head or body framing is malformed.
+    /// The response head or body framing is malformed (never a length error, which is
+    /// [`ExchangeError::Length`], nor a truncation, which is [`ExchangeError::Closed`]).
     #[error("malformed response: {0}")]
-    Http(String),
+    Http(#[source] ResponseError),
     /// A roster response body is not a valid roster.
     #[error(transparent)]
     Roster(#[from] RosterDecodeError),
@@ -306,7 +311,7 @@ mod tests {
         for e in [
             ExchangeError::Length(LengthError::Long { limit: 1 }),
             ExchangeError::Validation,
-            ExchangeError::Protocol(ProtocolError::Http("bad".into())),
+            ExchangeError::Protocol(ProtocolError::Http(ResponseError::MalformedStatusLine)),
         ] {
             assert_eq!(
                 class(Ending::Failed(e)),

@@ -155,7 +155,17 @@ pub enum LengthError {
         /// The advertised length.
         content_length: u64,
     },
-    /// The complete body is shorter than the exact expected length.
+    /// `Content-Length` is below the exact expected length; detected at the head, before
+    /// any body byte is read (the body could never be the block).
+    #[error("Content-Length {content_length} is below the expected {expected}")]
+    ContentLengthBelowExpected {
+        /// The exact expected length.
+        expected: u64,
+        /// The advertised length.
+        content_length: u64,
+    },
+    /// The complete body (chunked or close-delimited, whose length the head does not
+    /// say) is shorter than the exact expected length.
     #[error("body is {received} bytes, expected {expected}")]
     Short {
         /// The exact expected length.

@@ -21,8 +21,9 @@ use crate::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BodyLimit {
     /// The body must be exactly this long (a validated whole-block read). Longer and
-    /// shorter bodies are [`LengthError`]s; a `Content-Length` above it is refused before
-    /// any body byte is read, and at most `expected + 1` body bytes are ever read.
+    /// shorter bodies are [`LengthError`]s; a `Content-Length` above or below it is refused
+    /// at the head, before any body byte is read, and at most `expected + 1` body bytes
+    /// are ever read.
     Exact(u64),
     /// The body may be at most this long (roster fetches, unvalidated reads).
     AtMost(u64),
@@ -562,6 +563,16 @@ impl ResponseDecoder {
                 }
                 .into());
             }
+            // The head already proves a shorter body wrong: fail now, not after reading it.
+            if let BodyLimit::Exact(expected) = limit {
+                if n < expected {
+                    return Err(LengthError::ContentLengthBelowExpected {
+                        expected,
+                        content_length: n,
+                    }
+                    .into());
+                }
+            }
         }
         let keep_alive = framing != BodyFraming::UntilClose
             && !close
@@ -772,11 +783,27 @@ mod tests {
     }
 
     #[test]
+    fn content_length_below_expected_is_rejected_at_the_head() {
+        // Rule: the head alone proves the body short: the error comes before any body
+        // byte arrived, and none is read.
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::Exact(6)).unwrap();
+        d.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n");
+        assert_eq!(
+            d.poll().unwrap_err(),
+            ResponseError::Length(LengthError::ContentLengthBelowExpected {
+                expected: 6,
+                content_length: 5
+            })
+        );
+    }
+
+    #[test]
     fn short_body_is_a_length_error() {
         assert_eq!(
             run(
                 BodyLimit::Exact(6),
-                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
                 false
             )
             .unwrap_err(),

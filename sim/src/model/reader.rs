@@ -1,16 +1,15 @@
 //! A modelled reader: its source address and the per-client state the core machines share
-//! across its reads (one cooldown table, one circuit breaker, its requests in flight).
+//! across its reads: one [`Peers`] (breaker, cooldown table, load table, GETs in flight),
+//! the same aggregate a socket driver keeps.
 
-use std::collections::BTreeMap;
-
-use peerblock_core::breaker::{Breaker, BreakerConfig, Outcome, Permit, Rejected, State};
-use peerblock_core::cooldown::{CooldownConfig, CooldownTable, DialOutcome};
-use peerblock_core::load::{LoadConfig, LoadTable};
+use peerblock_core::breaker::BreakerConfig;
+use peerblock_core::client::{Peers, PeersConfig};
+use peerblock_core::cooldown::CooldownConfig;
+use peerblock_core::load::LoadConfig;
 use peerblock_core::placement::PeerId;
 use peerblock_core::read::PeerView;
 use peerblock_core::time::{Duration, Instant};
 
-use crate::model::content::node_of;
 use crate::scenario::Scenario;
 
 /// One reader (a browser, a client process).
@@ -18,14 +17,9 @@ use crate::scenario::Scenario;
 pub struct Reader {
     /// Source address index (several readers may share one).
     pub source: u32,
-    /// Dial-level suppression: Refused (short) vs Failed (long).
-    pub cooldown: CooldownTable<PeerId>,
-    /// Per-peer circuit breaker keyed by node index, if the scenario runs one.
-    pub breaker: Option<Breaker<u32>>,
-    /// This reader's GETs in flight per node.
-    pub in_flight: BTreeMap<u32, u32>,
-    /// The load each node last advertised in a response to this reader, by node index.
-    pub loads: LoadTable<u32>,
+    /// What this reader knows about the nodes, keyed by their peer ids: core's client
+    /// aggregate, consulted by its reads through [`PeerView`].
+    pub peers: Peers,
 }
 
 /// Builds the cooldown configuration a scenario asks for.
@@ -47,108 +41,50 @@ pub fn breaker_config(s: &Scenario) -> Option<BreakerConfig> {
     })
 }
 
-impl Reader {
-    /// A reader with fresh client state.
-    pub fn new(source: u32, s: &Scenario) -> Self {
-        let mut r = Reader {
-            source,
-            cooldown: CooldownTable::new(cooldown_config(s)).expect("validated"),
-            breaker: None,
-            in_flight: BTreeMap::new(),
-            loads: LoadTable::new(LoadConfig::default()).expect("default is valid"),
-        };
-        r.reset(s);
-        r
-    }
-
-    /// Forgets cooldowns and circuits (a reloaded page).
-    pub fn reset(&mut self, s: &Scenario) {
-        self.cooldown = CooldownTable::new(cooldown_config(s)).expect("validated");
-        self.breaker = breaker_config(s).map(|c| Breaker::new(c).expect("validated"));
-        self.loads = LoadTable::new(LoadConfig::default()).expect("default is valid");
-    }
-
-    /// Records the load `node` advertised in a response that reached this reader at `now`.
-    pub fn heard_load(&mut self, now: Instant, node: u32, load: u32) {
-        self.loads.record(now, node, load);
-    }
-
-    /// Asks the breaker to admit a GET to `node`. `Ok(None)` when there is no breaker.
-    pub fn admit(&mut self, now: Instant, node: u32) -> Result<Option<Permit>, Rejected> {
-        match self.breaker.as_mut() {
-            None => Ok(None),
-            Some(b) => b.admit(now, &node).map(Some),
-        }
-    }
-
-    /// Reports a GET's outcome to the breaker; returns whether it opened the circuit.
-    pub fn record(
-        &mut self,
-        now: Instant,
-        node: u32,
-        permit: Option<Permit>,
-        outcome: Outcome,
-    ) -> bool {
-        let (Some(b), Some(p)) = (self.breaker.as_mut(), permit) else {
-            return false;
-        };
-        let before = b.state(now, &node);
-        let _ = b.record(now, p, outcome);
-        before != State::Open && b.state(now, &node) == State::Open
-    }
-
-    /// Gives back the permit of a GET the read cancelled (not the peer's fault).
-    pub fn release(&mut self, now: Instant, permit: Option<Permit>) {
-        if let (Some(b), Some(p)) = (self.breaker.as_mut(), permit) {
-            let _ = b.release(now, p);
-        }
-    }
-
-    /// Records a dial-level outcome against `peer` in the cooldown table.
-    pub fn suppress(&mut self, now: Instant, peer: PeerId, outcome: DialOutcome) {
-        self.cooldown.record(now, peer, outcome);
-    }
-
-    /// Counts a GET to `node` going out.
-    pub fn get_started(&mut self, node: u32) {
-        *self.in_flight.entry(node).or_insert(0) += 1;
-    }
-
-    /// Counts a GET to `node` ending.
-    pub fn get_ended(&mut self, node: u32) {
-        if let Some(n) = self.in_flight.get_mut(&node) {
-            *n -= 1;
-            if *n == 0 {
-                self.in_flight.remove(&node);
-            }
-        }
+/// The client aggregate's configuration a scenario asks for.
+pub fn peers_config(s: &Scenario) -> PeersConfig {
+    PeersConfig {
+        breaker: breaker_config(s),
+        cooldown: cooldown_config(s),
+        load: LoadConfig::default(),
     }
 }
 
+impl Reader {
+    /// A reader with fresh client state.
+    pub fn new(source: u32, s: &Scenario) -> Self {
+        Reader {
+            source,
+            peers: Peers::new(peers_config(s)).expect("validated with the scenario"),
+        }
+    }
+
+    /// Forgets cooldowns, circuits and load hints (a reloaded page); GETs in flight stay
+    /// counted.
+    pub fn reset(&mut self) {
+        self.peers.forget();
+    }
+}
+
+/// The reader's view is its [`Peers`].
 impl PeerView for Reader {
     fn eligible(&self, now: Instant, peer: &PeerId) -> bool {
-        !self.cooldown.is_suppressed(now, peer)
-            && self
-                .breaker
-                .as_ref()
-                .is_none_or(|b| b.healthy(now, &node_of(peer)))
+        self.peers.eligible(now, peer)
     }
 
     fn refused_for(&self, now: Instant, peer: &PeerId) -> Option<Duration> {
-        self.cooldown.refused_for(now, peer)
+        self.peers.refused_for(now, peer)
     }
 
     fn in_flight(&self, peer: &PeerId) -> u32 {
-        self.in_flight.get(&node_of(peer)).copied().unwrap_or(0)
+        PeerView::in_flight(&self.peers, peer)
     }
 
     fn load(&self, now: Instant, peer: &PeerId) -> Option<u32> {
-        self.loads.load(now, &node_of(peer))
+        PeerView::load(&self.peers, now, peer)
     }
 
     fn for_each_refused(&self, now: Instant, f: &mut dyn FnMut(PeerId, Duration)) {
-        for (p, left) in self.cooldown.refusals(now) {
-            f(*p, left);
-        }
+        self.peers.for_each_refused(now, f)
     }
 }

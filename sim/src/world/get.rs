@@ -3,7 +3,9 @@
 //! response, and the client's classification of how it ended). The HTTP/1.1 arms' middle
 //! is in `http`.
 
-use peerblock_core::client::{Classification, CooldownEntry, Ending};
+use peerblock_core::client::{
+    BreakerPath, ConnectionFate, CooldownEntry, Ending, ExchangeOutcome, GetTicket,
+};
 use peerblock_core::read::{GetId, GetOutcome};
 use peerblock_core::time::{Duration, Instant};
 
@@ -14,18 +16,6 @@ use crate::model::node::Health;
 use crate::scenario::WhenFull;
 use crate::slab::Handle;
 use crate::trace;
-
-/// What the read machine learns from a GET that ended in `ending` (on either path).
-pub(super) fn read_outcome(ending: Ending) -> GetOutcome {
-    match ending {
-        Ending::Block(bytes) => GetOutcome::Found(bytes),
-        Ending::Miss => GetOutcome::NotFound,
-        Ending::Refused(refusal) => GetOutcome::Refused {
-            retry_after: refusal.retry_after,
-        },
-        _ => GetOutcome::Failed,
-    }
-}
 
 impl World<'_> {
     pub(super) fn start_get(&mut self, h: Handle, id: GetId, node: u32) {
@@ -41,8 +31,12 @@ impl World<'_> {
             self.metrics
                 .first_get(round as usize, block as usize, node as usize);
         }
-        let reader = &mut self.readers[r as usize];
-        let Ok(permit) = reader.admit(now, node) else {
+        let peer = self.content.ids[node as usize];
+        // The breaker permit, and the GET counted in flight, in the reader's `Peers`.
+        let Ok(admitted) = self.readers[r as usize]
+            .peers
+            .admit(now, peer, BreakerPath::Data)
+        else {
             // The view said eligible a moment ago; a half-open circuit whose probe slot
             // was just taken can still say no. The GET fails without a dial.
             trace!(self.trace, now, "get-rejected", "r={r} b={block} n={node}");
@@ -51,13 +45,12 @@ impl World<'_> {
             }
             return;
         };
-        reader.get_started(node);
         self.metrics.gets_total += 1;
         if hedged {
             self.metrics.gets_hedged += 1;
         }
         if self.http.is_some() {
-            self.start_http_get(h, id, r, node, block, hedged, permit);
+            self.start_http_get(h, id, r, node, block, hedged, admitted);
             return;
         }
         // The modelled path serves only the multiplexed reference arms (HTTP/1.1 returned
@@ -89,7 +82,7 @@ impl World<'_> {
             } else {
                 Phase::Dialing
             },
-            permit,
+            admitted,
             conn,
             epoch,
             reserved: reserve,
@@ -131,12 +124,12 @@ impl World<'_> {
         node: u32,
         block: u32,
         hedged: bool,
-        permit: Option<peerblock_core::breaker::Permit>,
+        admitted: GetTicket,
     ) {
         let now = self.now;
         let bytes = self.s.block_bytes(block);
         let epoch = self.nodes[node as usize].epoch;
-        // Only the identity, the permit and the dial count matter here: the node-model
+        // Only the identity, the admission and the dial count matter here: the node-model
         // fields (phase, conn, epoch, reserved, bytes, ticket, advertised) belong to the
         // modelled path, and the exchange and server machines keep their own state.
         let g = self.insert_get(Get {
@@ -146,7 +139,7 @@ impl World<'_> {
             node,
             block,
             phase: Phase::Requested,
-            permit,
+            admitted,
             conn: 0,
             epoch,
             reserved: bytes,
@@ -358,7 +351,8 @@ impl World<'_> {
         };
         let (r, n) = (get.reader, get.node);
         if let Some(load) = get.advertised.take() {
-            self.readers[r as usize].heard_load(now, n, load);
+            let peer = self.content.ids[n as usize];
+            self.readers[r as usize].peers.record_load(now, peer, load);
         }
     }
 
@@ -427,23 +421,23 @@ impl World<'_> {
         self.reschedule_uplink(get.node);
     }
 
-    /// Ends a GET with `result`: releases the node side, tells the breaker and cooldown
-    /// table, and hands the outcome to the read machine.
+    /// Ends a GET of the modelled path with `result`: its ending, classified by the core
+    /// client (`Ending::classify`), is what the breaker and the cooldown table learn. The
+    /// load was heard at the response head (`hear_load`).
     pub(super) fn end_get(&mut self, g: Handle, result: GetResult, ending: Ending) {
-        // The core client's classification decides what the breaker and the cooldown
-        // table learn from this ending.
-        let class = ending.classify();
-        self.end_get_classified(g, result, class, read_outcome(ending));
+        let outcome = ExchangeOutcome::new(ending, BreakerPath::Data, ConnectionFate::Close);
+        self.end_get_outcome(g, result, outcome);
     }
 
-    /// Ends a GET whose ending was classified (by `Ending::classify` on the modelled path,
-    /// by the exchange machine's `ExchangeOutcome` on the HTTP path).
-    pub(super) fn end_get_classified(
+    /// Ends a GET with `result` and the exchange's `outcome` (built from the ending on the
+    /// modelled path, the exchange machine's own on the HTTP path): releases the node
+    /// side, settles the GET's ticket in the reader's `Peers` (load, cooldown, breaker,
+    /// in flight) and hands the read machine its outcome.
+    pub(super) fn end_get_outcome(
         &mut self,
         g: Handle,
         result: GetResult,
-        class: Classification,
-        outcome: GetOutcome,
+        outcome: ExchangeOutcome,
     ) {
         let now = self.now;
         let Some(mut get) = self.gets.remove(g) else {
@@ -456,18 +450,13 @@ impl World<'_> {
             self.release_at_node(g, &mut get);
         }
         let (r, n) = (get.reader, get.node);
-        let peer = self.content.ids[n as usize];
-        let reader = &mut self.readers[r as usize];
-        reader.get_ended(n);
-        // The classification is already in the breaker's and the cooldown table's own
-        // types: it passes through unchanged.
-        if let Some(entry) = class.cooldown {
-            reader.suppress(now, peer, entry);
-            if let CooldownEntry::Refused { .. } = entry {
-                self.metrics.refusals += 1;
-            }
+        let finished = self.readers[r as usize]
+            .peers
+            .finish(now, get.admitted, outcome);
+        if let Some(CooldownEntry::Refused { .. }) = finished.cooldown {
+            self.metrics.refusals += 1;
         }
-        if reader.record(now, n, get.permit, class.breaker) {
+        if finished.circuit_opened {
             self.metrics.breaker_opens += 1;
             trace!(self.trace, now, "breaker-open", "r={r} n={n}");
         }
@@ -482,7 +471,7 @@ impl World<'_> {
         );
         if let Some(rs) = self.reads.get_mut(get.read) {
             rs.gets.retain(|(id, _)| *id != get.id);
-            rs.machine.handle_get(now, get.id, outcome);
+            rs.machine.handle_get(now, get.id, finished.get);
         }
         self.drive(get.read);
     }
@@ -502,9 +491,10 @@ impl World<'_> {
             Some(mut http) => self.http_cancel(&mut http, get.reader, get.node),
             None => self.release_at_node(g, &mut get),
         }
-        let reader = &mut self.readers[get.reader as usize];
-        reader.get_ended(get.node);
-        reader.release(self.now, get.permit);
+        // Not the peer's fault: the permit goes back as answered.
+        self.readers[get.reader as usize]
+            .peers
+            .abandon(self.now, get.admitted);
         self.metrics.get_result(GetResult::Cancelled);
         trace!(
             self.trace,

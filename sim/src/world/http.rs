@@ -3,8 +3,11 @@
 //!
 //! - The reader side of each GET is a [`peerblock_core::client::Exchange`]: it encodes the
 //!   request, runs the dial, response-header and request deadlines, applies the length
-//!   rules, sequences validation and classifies the ending. Its [`ExchangeOutcome`] is what
-//!   the breaker (with the GET's permit) and the cooldown table learn.
+//!   rules, sequences validation and classifies the ending. Its [`ExchangeOutcome`] goes to
+//!   the reader's `client::Peers` (`Peers::finish` with the GET's ticket), which records it
+//!   in the breaker, the cooldown table and the load table and gives the read its outcome.
+//!   The request is acknowledged as written as soon as it is sent (the simulated socket
+//!   takes every byte at once).
 //! - Each simulated TCP connection at a node is a [`ServerConnection`], accepted through
 //!   the node's real `server::Admission` (a full node answers with the real 503 refusal
 //!   bytes), which decodes the request, validates and routes it, takes the request slot,
@@ -30,15 +33,14 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use peerblock_core::client::Exchange;
 use peerblock_core::client::{
-    BlockRequest, Classification, ClientConfig, ClientEvent, Connection, ConnectionFate, Deadlines,
-    Ending, ExchangeError, ExchangeOutcome, ExchangeRequest, Link, RequestTimeout,
+    BlockRequest, ClientConfig, ClientEvent, Connection, ConnectionFate, Deadlines, Ending,
+    ExchangeError, ExchangeOutcome, ExchangeRequest, Link, RequestTimeout,
 };
 use peerblock_core::refusal::RefusalReason;
 use peerblock_core::server::{Accept, ServerConfig, ServerConnection, ServerEvent, SourceResult};
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey};
 
-use super::get::read_outcome;
 use super::{Ev, World};
 use crate::listener::Limit;
 use crate::metrics::GetResult;
@@ -289,8 +291,8 @@ impl World<'_> {
             expected,
             true,
         );
-        let exchange =
-            Exchange::new(now, &http.client, request, link).expect("the request is encodable");
+        let exchange = Exchange::new(now, &http.client, request, link)
+            .expect("a valid client config (the scenario's) and an encodable request");
         if let Some(get) = self.gets.get_mut(g) {
             get.http = Some(Box::new(HttpGet {
                 exchange,
@@ -767,7 +769,7 @@ impl World<'_> {
             h.exchange.handle_connected(now);
             // The request goes out right behind the handshake.
             if let Some(req) = h.exchange.poll_transmit(now) {
-                self.http_send(g, req);
+                self.http_send(g, req.head);
             }
         }
         let h = self
@@ -789,12 +791,20 @@ impl World<'_> {
         self.http_pump_client(g);
     }
 
+    /// Writes the request of GET `g` onto its connection: the simulated socket takes
+    /// every byte at once, so the exchange hears at once that it was written (its
+    /// response-header deadline starts now).
     fn http_send(&mut self, g: Handle, request: Bytes) {
-        let Some(get) = self.gets.get(g) else {
+        let now = self.now;
+        let Some(get) = self.gets.get_mut(g) else {
             return;
         };
         let (r, n) = (get.reader, get.node);
-        let Some(conn) = get.http.as_ref().and_then(|h| h.conn) else {
+        let Some(h) = get.http.as_mut() else {
+            return;
+        };
+        h.exchange.handle_transmitted(now);
+        let Some(conn) = h.conn else {
             return;
         };
         let ow = self.latency.one_way(r, n);
@@ -826,10 +836,14 @@ impl World<'_> {
                 return;
             };
             if let Some(req) = h.exchange.poll_transmit(now) {
-                self.http_send(g, req);
+                self.http_send(g, req.head);
                 continue;
             }
             match h.exchange.poll_event() {
+                // The response head arrived: the GET is making progress. (The replay's
+                // read machines hear only complete outcomes; a progress input for the
+                // read is wired where the read machine takes one.)
+                Some(ClientEvent::Head { .. }) => {}
                 Some(ClientEvent::Validate { body }) => {
                     // The driver's validator: the body must be this block's.
                     let valid = body.starts_with(&http.tokens[block as usize]);
@@ -845,7 +859,7 @@ impl World<'_> {
         let Some(h) = self.gets.get_mut(g).and_then(|get| get.http.as_mut()) else {
             return;
         };
-        if let Some(at) = h.exchange.poll_timeout() {
+        if let Some(at) = h.exchange.poll_timeout().map(|d| d.at) {
             if h.armed.is_none_or(|armed| at < armed) {
                 h.armed = Some(at);
                 self.queue
@@ -863,9 +877,6 @@ impl World<'_> {
         let Some(mut h) = get.http.take() else {
             return;
         };
-        if let Some(load) = outcome.load {
-            self.readers[r as usize].heard_load(now, n, load);
-        }
         let conn = h.conn.take();
         match (outcome.connection, conn) {
             (ConnectionFate::Reuse, Some(id)) => {
@@ -886,15 +897,13 @@ impl World<'_> {
             return;
         }
         let result = result_of(&outcome.ending);
-        let class = Classification {
-            breaker: outcome.breaker,
-            cooldown: outcome.cooldown,
-        };
         if let Ending::Block(body) = &mut outcome.ending {
             let token_len = self.http().tokens[block as usize].len();
             *body = body.slice(..token_len.min(body.len()));
         }
-        self.end_get_classified(g, result, class, read_outcome(outcome.ending));
+        // The reader's `Peers` records the advertised load, the cooldown entry and the
+        // breaker outcome, and gives the read machine its outcome.
+        self.end_get_outcome(g, result, outcome);
     }
 
     /// The reader closes its end of connection `conn` to node `n`.
@@ -1039,7 +1048,7 @@ request_timeout_ms = 30000
         let refused: Vec<_> = w
             .readers
             .iter()
-            .filter_map(|r| r.cooldown.refused_for(w.now, &peer))
+            .filter_map(|r| r.peers.cooldowns().refused_for(w.now, &peer))
             .collect();
         assert_eq!(refused, vec![Duration::from_secs(15)]);
         assert_eq!(w.metrics.get_count(GetResult::Refused), 1);

@@ -119,7 +119,9 @@ struct Get {
     node: u32,
     block: u32,
     phase: Phase,
-    permit: Option<peerblock_core::breaker::Permit>,
+    /// The reader's admission of this GET (breaker permit, in-flight count), settled
+    /// when the GET ends or is cancelled.
+    admitted: peerblock_core::client::GetTicket,
     /// The connection (session) it uses at the node.
     conn: u32,
     /// Node epoch when the request was admitted (a crash since then lost it).

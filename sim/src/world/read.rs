@@ -14,7 +14,7 @@ use crate::trace;
 impl World<'_> {
     pub(super) fn start_download(&mut self, reader: u32, round: u32) {
         if !self.s.readers.keep_state_between_rounds && round > 0 {
-            self.readers[reader as usize].reset(self.s);
+            self.readers[reader as usize].reset();
         }
         let d = self.downloads.len() as u32;
         self.downloads.push(Download {
@@ -158,7 +158,7 @@ impl World<'_> {
             .iter()
             .filter(|&&n| miss == 0 || mix(salt ^ u64::from(n)) >> 11 >= miss)
             .map(|&n| (n, self.content.ids[n as usize]))
-            .filter(|(_, id)| !skip || !reader.cooldown.is_suppressed(self.now, id))
+            .filter(|(_, id)| !skip || !reader.peers.cooldowns().is_suppressed(self.now, id))
             .take(want)
             .map(|(n, id)| {
                 // Only a node the reader's lookup reached directly answers for itself; a

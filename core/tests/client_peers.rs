@@ -1,0 +1,321 @@
+//! The client aggregate `client::Peers`: the calls around each GET (admit, finish,
+//! abandon), its `PeerView` answers, the exchange-to-read outcome mapping and the bridge
+//! from roster membership to placement members. One rule per test.
+
+use bytes::Bytes;
+use peerblock_core::breaker::{BreakerConfig, State};
+use peerblock_core::client::{
+    get_outcome, placement_members, BreakerPath, ConnectionFate, CooldownEntry, Ending,
+    ExchangeError, ExchangeOutcome, Peers, PeersConfig, PeersConfigError,
+};
+use peerblock_core::cooldown::CooldownConfig;
+use peerblock_core::placement::PeerId;
+use peerblock_core::read::{GetOutcome, PeerView};
+use peerblock_core::refusal::{PeerRefusal, RefusalReason};
+use peerblock_core::roster::{Membership, Roster, RosterMember};
+use peerblock_core::time::{Duration, Instant};
+
+fn peer(n: u64) -> PeerId {
+    PeerId::from_u64(n)
+}
+
+fn secs(s: u64) -> Instant {
+    Instant::from_secs(s)
+}
+
+fn outcome(ending: Ending) -> ExchangeOutcome {
+    ExchangeOutcome::new(ending, BreakerPath::Data, ConnectionFate::Close)
+}
+
+fn refused(retry_after: Option<Duration>) -> Ending {
+    Ending::Refused(PeerRefusal {
+        reason: Some(RefusalReason::Sessions),
+        retry_after,
+    })
+}
+
+/// A breaker whose circuit opens on one hard failure, cools down for 10 s and admits one
+/// probe.
+fn peers() -> Peers {
+    Peers::new(PeersConfig {
+        breaker: Some(BreakerConfig {
+            cooldown: Duration::from_secs(10),
+            half_open_probes: 1,
+            ..BreakerConfig::default()
+        }),
+        ..PeersConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn admit_counts_a_get_in_flight_until_it_finishes() {
+    let mut p = peers();
+    let a = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let b = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    assert_eq!(p.in_flight(&peer(1)), 2);
+    assert_eq!(p.in_flight(&peer(2)), 0);
+    let _ = p.finish(secs(1), a, outcome(Ending::Miss));
+    assert_eq!(p.in_flight(&peer(1)), 1);
+    p.abandon(secs(1), b);
+    assert_eq!(p.in_flight(&peer(1)), 0);
+}
+
+#[test]
+fn a_roster_fetch_is_admitted_through_an_open_circuit_and_not_counted_as_a_get() {
+    let mut p = peers();
+    let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let f = p.finish(
+        secs(0),
+        t,
+        outcome(Ending::Failed(ExchangeError::Validation)),
+    );
+    assert!(f.circuit_opened);
+    assert!(p.admit(secs(1), peer(1), BreakerPath::Data).is_err());
+    let roster = p.admit(secs(1), peer(1), BreakerPath::Roster).unwrap();
+    assert_eq!(p.in_flight(&peer(1)), 0);
+    p.abandon(secs(1), roster);
+}
+
+#[test]
+fn a_refusal_makes_the_peer_ineligible_for_its_advertised_wait_and_lists_it() {
+    let mut p = peers();
+    let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let f = p.finish(secs(0), t, outcome(refused(Some(Duration::from_secs(3)))));
+    assert_eq!(
+        f.get,
+        GetOutcome::Refused {
+            retry_after: Some(Duration::from_secs(3))
+        }
+    );
+    assert_eq!(
+        f.cooldown,
+        Some(CooldownEntry::Refused {
+            retry_after: Some(Duration::from_secs(3))
+        })
+    );
+    assert!(!f.circuit_opened, "a refusal is an answer, never a failure");
+    assert!(!p.eligible(secs(1), &peer(1)));
+    assert_eq!(
+        p.refused_for(secs(1), &peer(1)),
+        Some(Duration::from_secs(2))
+    );
+    let mut listed = Vec::new();
+    p.for_each_refused(secs(1), &mut |id, left| listed.push((id, left)));
+    assert_eq!(listed, vec![(peer(1), Duration::from_secs(2))]);
+    assert!(p.eligible(secs(3), &peer(1)));
+}
+
+#[test]
+fn a_failed_dial_suppresses_the_peer_for_the_failed_cooldown() {
+    let mut p = Peers::new(PeersConfig {
+        cooldown: CooldownConfig {
+            failed: Duration::from_secs(60),
+            ..CooldownConfig::default()
+        },
+        breaker: None,
+        ..PeersConfig::default()
+    })
+    .unwrap();
+    let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let f = p.finish(
+        secs(0),
+        t,
+        outcome(Ending::Failed(ExchangeError::DialFailed)),
+    );
+    assert_eq!(f.cooldown, Some(CooldownEntry::Failed));
+    assert_eq!(f.get, GetOutcome::Failed);
+    assert!(!p.eligible(secs(59), &peer(1)));
+    assert_eq!(p.refused_for(secs(1), &peer(1)), None, "not a refusal");
+    assert!(p.eligible(secs(60), &peer(1)));
+}
+
+#[test]
+fn a_hard_failure_opens_the_circuit_and_the_view_skips_the_peer_until_it_may_probe() {
+    let mut p = peers();
+    let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let f = p.finish(
+        secs(0),
+        t,
+        outcome(Ending::Failed(ExchangeError::Validation)),
+    );
+    assert!(f.circuit_opened);
+    assert_eq!(p.breaker().unwrap().state(secs(0), &peer(1)), State::Open);
+    assert!(!p.eligible(secs(9), &peer(1)));
+    assert!(
+        p.eligible(secs(10), &peer(1)),
+        "half-open with a free probe"
+    );
+}
+
+#[test]
+fn the_view_asks_healthy_so_a_half_open_peer_with_its_probe_taken_is_ineligible() {
+    // The settled breaker check: `state != Open` would call this peer eligible, and the
+    // admission would then turn the read's GET away.
+    let mut p = peers();
+    let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let _ = p.finish(
+        secs(0),
+        t,
+        outcome(Ending::Failed(ExchangeError::Validation)),
+    );
+    let probe = p.admit(secs(10), peer(1), BreakerPath::Data).unwrap();
+    assert_eq!(
+        p.breaker().unwrap().state(secs(10), &peer(1)),
+        State::HalfOpen
+    );
+    assert!(!p.eligible(secs(10), &peer(1)));
+    assert!(p.admit(secs(10), peer(1), BreakerPath::Data).is_err());
+    // Abandoning the probe (a hedging loser) gives the slot back as answered.
+    p.abandon(secs(10), probe);
+    assert!(p.eligible(secs(10), &peer(1)));
+}
+
+#[test]
+fn finish_records_the_load_the_response_advertised() {
+    let mut p = peers();
+    assert_eq!(p.load(secs(0), &peer(1)), None);
+    let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let mut out = outcome(Ending::Miss);
+    out.load = Some(7);
+    let _ = p.finish(secs(0), t, out);
+    assert_eq!(p.load(secs(0), &peer(1)), Some(7));
+}
+
+#[test]
+fn finish_hands_the_block_to_the_read() {
+    let mut p = peers();
+    let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let f = p.finish(
+        secs(0),
+        t,
+        outcome(Ending::Block(Bytes::from_static(b"blk"))),
+    );
+    assert_eq!(f.get, GetOutcome::Found(Bytes::from_static(b"blk")));
+    assert!(f.cooldown.is_none());
+    assert!(!f.circuit_opened);
+}
+
+#[test]
+fn get_outcome_maps_block_miss_and_refusal_and_everything_else_fails() {
+    assert_eq!(
+        get_outcome(Ending::Block(Bytes::from_static(b"x"))),
+        GetOutcome::Found(Bytes::from_static(b"x"))
+    );
+    assert_eq!(get_outcome(Ending::Miss), GetOutcome::NotFound);
+    assert_eq!(
+        get_outcome(refused(None)),
+        GetOutcome::Refused { retry_after: None }
+    );
+    for ending in [
+        Ending::UpstreamRefused { status: 403 },
+        Ending::Cancelled,
+        Ending::Failed(ExchangeError::Closed),
+        Ending::Failed(ExchangeError::Status(500)),
+    ] {
+        assert_eq!(get_outcome(ending), GetOutcome::Failed);
+    }
+}
+
+#[test]
+fn forget_clears_circuits_cooldowns_and_loads_but_keeps_gets_in_flight() {
+    let mut p = peers();
+    let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let mut out = outcome(refused(Some(Duration::from_secs(5))));
+    out.load = Some(3);
+    let _ = p.finish(secs(0), t, out);
+    let t = p.admit(secs(0), peer(2), BreakerPath::Data).unwrap();
+    let _ = p.finish(
+        secs(0),
+        t,
+        outcome(Ending::Failed(ExchangeError::Validation)),
+    );
+    let running = p.admit(secs(0), peer(3), BreakerPath::Data).unwrap();
+    p.forget();
+    assert!(p.eligible(secs(0), &peer(1)));
+    assert!(p.eligible(secs(0), &peer(2)));
+    assert_eq!(p.load(secs(0), &peer(1)), None);
+    assert_eq!(p.in_flight(&peer(3)), 1);
+    p.abandon(secs(0), running);
+    assert_eq!(p.in_flight(&peer(3)), 0);
+}
+
+#[test]
+fn without_a_breaker_every_peer_is_admitted() {
+    let mut p = Peers::new(PeersConfig {
+        breaker: None,
+        ..PeersConfig::default()
+    })
+    .unwrap();
+    for _ in 0..3 {
+        let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+        let f = p.finish(
+            secs(0),
+            t,
+            outcome(Ending::Failed(ExchangeError::Validation)),
+        );
+        assert!(!f.circuit_opened);
+    }
+    assert!(p.eligible(secs(0), &peer(1)));
+}
+
+#[test]
+fn an_invalid_part_is_a_config_error() {
+    let err = Peers::new(PeersConfig {
+        cooldown: CooldownConfig {
+            capacity: 0,
+            ..CooldownConfig::default()
+        },
+        ..PeersConfig::default()
+    })
+    .unwrap_err();
+    assert!(matches!(err, PeersConfigError::Cooldown(_)), "{err:?}");
+    let err = Peers::new(PeersConfig {
+        breaker: Some(BreakerConfig {
+            max_peers: 0,
+            ..BreakerConfig::default()
+        }),
+        ..PeersConfig::default()
+    })
+    .unwrap_err();
+    assert!(matches!(err, PeersConfigError::Breaker(_)), "{err:?}");
+}
+
+#[test]
+fn placement_members_are_the_roster_members_with_parsed_ids_unplaceable_ids_left_out() {
+    let id = |n: u64| peer(n).to_hex();
+    let me = RosterMember {
+        id: id(9),
+        addr: "10.0.0.9:7070".into(),
+        weight: 1.0,
+    };
+    let mut table = Membership::new(me, 1, 16).unwrap();
+    let roster = Roster {
+        epoch: 1,
+        members: vec![
+            RosterMember {
+                id: id(2),
+                addr: "10.0.0.2:7070".into(),
+                weight: 2.0,
+            },
+            RosterMember {
+                id: "not-a-peer-id".into(),
+                addr: "10.0.0.3:7070".into(),
+                weight: 1.0,
+            },
+        ],
+    };
+    let _ = table.merge(secs(0), &id(2), &roster);
+    let members = placement_members(&table);
+    let got: Vec<(PeerId, &str, f64)> = members
+        .iter()
+        .map(|m| (m.id, m.addr.as_str(), m.weight))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (peer(2), "10.0.0.2:7070", 2.0),
+            (peer(9), "10.0.0.9:7070", 1.0)
+        ]
+    );
+}
