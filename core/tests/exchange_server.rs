@@ -801,3 +801,485 @@ fn cache_only_requests_and_transport_only_nodes_never_relay() {
         .unwrap();
     assert!(events(&mut conn).is_empty());
 }
+
+// ---- EOF never drops a complete buffered request (GET;GET;GET;FIN) ----
+
+fn three_gets() -> Vec<u8> {
+    let mut three = get(path(1), "");
+    three.extend(get(path(2), ""));
+    three.extend(get(path(3), ""));
+    three
+}
+
+/// Answers every fetch `Miss`, drains and acknowledges transmits, begins waiting requests,
+/// until nothing moves; returns the statuses written in order.
+fn drain_all(conn: &mut ServerConnection<u32>, adm: &mut Admission<u32>) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    loop {
+        if conn.needs_admission() {
+            conn.handle_admission(T0, adm);
+        }
+        let ids = fetch_ids(&events(conn));
+        for (id, _) in &ids {
+            conn.handle_source(T0, adm, *id, SourceResult::Miss).unwrap();
+        }
+        let ts = transmits(conn, adm);
+        if ids.is_empty() && ts.is_empty() && !conn.needs_admission() {
+            return statuses;
+        }
+        statuses.extend(ts.iter().map(|t| t.status.unwrap()));
+    }
+}
+
+/// Reads `data` through `read_buf`/`handle_read`, in windows as the machine offers them.
+fn read_via_buf(conn: &mut ServerConnection<u32>, data: &[u8]) -> usize {
+    let mut off = 0;
+    while off < data.len() {
+        let Some(window) = conn.read_buf() else {
+            break;
+        };
+        assert!(!window.is_empty(), "a window is never empty");
+        let n = window.len().min(data.len() - off);
+        window[..n].copy_from_slice(&data[off..off + n]);
+        let taken = conn.handle_read(T0, n);
+        assert_eq!(taken, n);
+        off += taken;
+    }
+    off
+}
+
+#[test]
+fn eof_keeps_every_complete_buffered_request_through_handle_input() {
+    let mut adm = admission(AdmissionConfig::default()); // depth 2: the third stays buffered
+    let mut conn = accept(&mut adm, 1, config());
+    let data = three_gets();
+    assert_eq!(conn.handle_input(T0, &data), data.len());
+    conn.handle_eof(T0); // all bytes, then EOF, before any drain
+    assert_eq!(drain_all(&mut conn, &mut adm), [404, 404, 404]);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn eof_keeps_every_complete_buffered_request_through_read_buf() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let data = three_gets();
+    assert_eq!(read_via_buf(&mut conn, &data), data.len());
+    conn.handle_eof(T0);
+    assert_eq!(drain_all(&mut conn, &mut adm), [404, 404, 404]);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn eof_keeps_every_complete_buffered_request_when_reads_and_drains_interleave() {
+    let data = three_gets();
+    let one = get(path(1), "").len();
+    for split in [1, one - 1, one, one + 3, 2 * one, data.len() - 1] {
+        let mut adm = admission(AdmissionConfig::default());
+        let mut conn = accept(&mut adm, 1, config());
+        let (a, b) = data.split_at(split);
+        assert_eq!(input(&mut conn, &mut adm, a), a.len());
+        let mut statuses = drain_all(&mut conn, &mut adm);
+        assert_eq!(read_via_buf(&mut conn, b), b.len(), "split {split}");
+        conn.handle_eof(T0);
+        statuses.extend(drain_all(&mut conn, &mut adm));
+        assert_eq!(statuses, [404, 404, 404], "split {split}");
+        assert!(conn.is_finished(), "split {split}");
+        conn.close(T0, &mut adm);
+        assert_released(&adm);
+    }
+}
+
+#[test]
+fn eof_with_an_incomplete_request_finishes_once_the_complete_ones_are_answered() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let mut data = get(path(1), "");
+    data.extend_from_slice(b"GET /peer/v1/bl");
+    input(&mut conn, &mut adm, &data);
+    conn.handle_eof(T0);
+    assert!(!conn.is_finished(), "the complete request is still answered");
+    assert_eq!(drain_all(&mut conn, &mut adm), [404]);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- bytes in ----
+
+#[test]
+fn read_buf_is_none_when_the_pipeline_is_full_never_an_empty_window() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    // Two requests fill the depth; padding fills the receive buffer behind them.
+    let mut data = three_gets();
+    while data.len() < 64 * 1024 {
+        data.extend(get(path(4), ""));
+    }
+    let taken = read_via_buf(&mut conn, &data);
+    assert!(taken < data.len(), "back-pressure: the buffer filled");
+    assert!(conn.read_buf().is_none(), "take nothing now");
+    assert_eq!(conn.handle_read(T0, 10), 0, "no window lent, nothing taken");
+    assert_eq!(conn.handle_input(T0, &data[taken..]), 0, "both paths agree");
+    conn.close(T0, &mut adm);
+}
+
+#[test]
+fn byte_reads_never_touch_the_admission() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    conn.handle_input(T0, &get(path(1), ""));
+    assert_eq!(adm.requests(), 0, "a byte read begins nothing");
+    assert!(conn.needs_admission());
+    assert!(events(&mut conn).is_empty(), "nothing asked before admission");
+    conn.handle_admission(T0, &mut adm);
+    assert!(!conn.needs_admission());
+    assert_eq!(adm.requests(), 1, "the request began at admission");
+    assert_eq!(fetch_ids(&events(&mut conn)).len(), 1);
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- peer errors as events ----
+
+#[test]
+fn every_rejected_request_is_reported_with_its_typed_error_before_its_response() {
+    use peerblock_core::http::{Rejection, RequestError};
+    use peerblock_core::server::RequestRejection;
+    let cases: [(&[u8], u16); 5] = [
+        (b"GET /peer/v1/block/zz/1 HTTP/1.1\r\nHost: s\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nHost: s\r\n\r\n", 404),
+        (b"BREW /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\n", 405),
+        (b"GET / HTTP/1.1\r\nHost: s\r\nBad Name: x\r\n\r\n", 400),
+        (b"GET / HTTP/2.0\r\nHost: s\r\n\r\n", 505),
+    ];
+    for (request, status) in cases {
+        let mut adm = admission(AdmissionConfig::default());
+        let mut conn = accept(&mut adm, 1, config());
+        input(&mut conn, &mut adm, request);
+        let evs = events(&mut conn);
+        let [ServerEvent::Rejected { status: s, error, .. }] = evs.as_slice() else {
+            panic!("{status}: expected one Rejected event, got {evs:?}");
+        };
+        assert_eq!(*s, status);
+        assert_eq!(error.status().code(), status);
+        let ts = transmits(&mut conn, &mut adm);
+        assert_eq!(ts[0].status, Some(status));
+        conn.close(T0, &mut adm);
+    }
+    // The typed errors themselves.
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, b"GET /metrics HTTP/1.1\r\nHost: s\r\n\r\n");
+    assert!(matches!(
+        events(&mut conn)[..],
+        [ServerEvent::Rejected {
+            error: RequestRejection::Route(Rejection::UnknownPath),
+            ..
+        }]
+    ));
+    conn.close(T0, &mut adm);
+    let mut conn = accept(&mut adm, 1, config());
+    let big = get(path(1), &format!("X-Pad: {}\r\n", "a".repeat(9000)));
+    let mut off = 0;
+    while off < big.len() {
+        let n = input(&mut conn, &mut adm, &big[off..]);
+        if n == 0 {
+            break;
+        }
+        off += n;
+    }
+    assert!(matches!(
+        events(&mut conn)[..],
+        [ServerEvent::Rejected {
+            status: 431,
+            error: RequestRejection::Malformed(RequestError::HeadTooLarge { .. }),
+            ..
+        }]
+    ));
+    conn.close(T0, &mut adm);
+}
+
+#[test]
+fn a_declined_relay_is_reported_as_a_rejected_request() {
+    use peerblock_core::server::{Decline, RequestRejection};
+    let (evs, ts, _) = serve_one(
+        relay_config(false),
+        &with_origin(path(1), 0),
+        SourceResult::Miss,
+    );
+    assert!(matches!(
+        evs[..],
+        [ServerEvent::Rejected {
+            status: 404,
+            error: RequestRejection::Relay(Decline::IdentityMismatch),
+            ..
+        }]
+    ));
+    assert_eq!(ts[0].status, Some(404));
+}
+
+// ---- closing: linger after errors ----
+
+fn malformed_then_linger(adm: &mut Admission<u32>) -> ServerConnection<u32> {
+    let mut conn = accept(adm, 1, config());
+    input(&mut conn, adm, b"garbage\r\n\r\n");
+    assert!(matches!(events(&mut conn)[..], [ServerEvent::Rejected { .. }]));
+    let ts = transmits(&mut conn, adm);
+    assert_eq!(ts[0].status, Some(400));
+    assert_eq!(ts[0].close, Close::Linger);
+    assert!(!conn.is_finished());
+    conn
+}
+
+#[test]
+fn after_an_error_response_input_is_discarded_until_eof() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = malformed_then_linger(&mut adm);
+    let more = three_gets();
+    assert_eq!(conn.handle_input(T0, &more), more.len(), "discarded");
+    assert_eq!(read_via_buf(&mut conn, &more), more.len(), "both paths");
+    assert!(!conn.needs_admission() && events(&mut conn).is_empty());
+    assert!(conn.poll_transmit(T0).is_none());
+    conn.handle_eof(T0);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn lingering_ends_at_the_linger_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_LINGER};
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = malformed_then_linger(&mut adm);
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!((d.at, d.timer), (T0 + DEFAULT_LINGER, ServerTimer::Linger));
+    conn.handle_timeout(T0 + DEFAULT_LINGER - Duration::from_millis(1));
+    assert!(!conn.is_finished(), "spurious wake-up");
+    conn.handle_timeout(T0 + DEFAULT_LINGER);
+    assert!(conn.is_finished());
+    assert_eq!(conn.poll_timeout(), None);
+    conn.close(T0 + DEFAULT_LINGER, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn a_successful_response_to_a_close_request_closes_after_write_without_lingering() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), "Connection: close\r\n"));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Found(Bytes::from_static(b"x")))
+        .unwrap();
+    let ts = transmits(&mut conn, &mut adm);
+    assert_eq!((ts[0].status, ts[0].close), (Some(200), Close::AfterWrite));
+    assert!(conn.is_finished(), "no linger after a success");
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- refusal answers the first request ----
+
+/// The admission with its one session slot held, and a connection refused at accept.
+fn refused_conn() -> (Admission<u32>, ServerConnection<u32>) {
+    let mut adm = admission(AdmissionConfig {
+        max_sessions: 1,
+        max_sessions_per_source: 1,
+        ..AdmissionConfig::default()
+    });
+    let mut held = accept(&mut adm, 1, config());
+    let conn = ServerConnection::accept(T0, &mut adm, 2, config()).unwrap();
+    assert!(conn.refused().is_some());
+    assert_eq!(adm.sessions(), 1, "the refused connection holds no session");
+    held.close(T0, &mut adm);
+    (adm, conn)
+}
+
+#[test]
+fn a_refused_connection_answers_the_first_request_head_and_never_speaks_first() {
+    let (mut adm, mut conn) = refused_conn();
+    assert!(conn.poll_transmit(T0).is_none(), "nothing before the request");
+    let req = get(path(1), "");
+    let (a, b) = req.split_at(req.len() - 2); // the head's blank line split across reads
+    assert_eq!(conn.handle_input(T0, a), a.len());
+    assert!(conn.poll_transmit(T0).is_none(), "the head is not complete yet");
+    assert_eq!(read_via_buf(&mut conn, b), b.len());
+    assert!(!conn.needs_admission(), "a refused connection begins nothing");
+    let t = conn.poll_transmit(T0).expect("503 after the head");
+    let text = String::from_utf8([&t.head[..], &t.body[..]].concat()).unwrap();
+    assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
+    assert!(text.contains("Connection: close\r\n"), "{text}");
+    assert_eq!(t.status, Some(503));
+    assert_eq!(t.refusal, Some(RefusalReason::Sessions));
+    assert_eq!(t.close, Close::Linger);
+    conn.handle_transmitted(T0, &mut adm);
+    assert!(!conn.is_finished(), "lingers");
+    conn.handle_eof(T0);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn a_refused_connection_that_sends_nothing_ends_without_a_byte_at_its_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_REFUSAL_HEAD_TIMEOUT};
+    let (mut adm, mut conn) = refused_conn();
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!(
+        (d.at, d.timer),
+        (T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT, ServerTimer::RefusalHead)
+    );
+    conn.handle_timeout(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT);
+    assert!(conn.is_finished());
+    assert!(conn.poll_transmit(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT).is_none(), "no bytes");
+    conn.close(T0, &mut adm);
+}
+
+#[test]
+fn a_refused_connection_closed_by_the_peer_before_any_byte_writes_nothing() {
+    let (mut adm, mut conn) = refused_conn();
+    conn.handle_eof(T0);
+    assert!(conn.is_finished());
+    assert!(conn.poll_transmit(T0).is_none());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn a_refused_connection_answers_a_partial_head_at_its_deadline() {
+    use peerblock_core::server::DEFAULT_REFUSAL_HEAD_TIMEOUT;
+    let (mut adm, mut conn) = refused_conn();
+    conn.handle_input(T0, b"GET /peer/v1/bl");
+    conn.handle_timeout(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT);
+    let t = conn.poll_transmit(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT).expect("answered");
+    assert_eq!(t.status, Some(503));
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn a_refused_connection_reads_at_most_the_head_bound_before_answering() {
+    use peerblock_core::server::MAX_REFUSAL_HEAD_BYTES;
+    let (mut adm, mut conn) = refused_conn();
+    let endless = vec![b'a'; MAX_REFUSAL_HEAD_BYTES - 1];
+    conn.handle_input(T0, &endless);
+    assert!(conn.poll_transmit(T0).is_none(), "within the bound");
+    conn.handle_input(T0, b"a");
+    let t = conn.poll_transmit(T0).expect("answered at the bound");
+    assert_eq!(t.status, Some(503));
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- liveness timers ----
+
+#[test]
+fn an_unanswered_source_is_answered_500_at_its_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_SOURCE_TIMEOUT};
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!((d.at, d.timer), (T0 + DEFAULT_SOURCE_TIMEOUT, ServerTimer::Source));
+    let late = T0 + DEFAULT_SOURCE_TIMEOUT;
+    conn.handle_timeout(late);
+    assert_eq!(
+        events(&mut conn),
+        [ServerEvent::SourceTimedOut { id: ids[0].0 }]
+    );
+    let t = conn.poll_transmit(late).unwrap();
+    assert_eq!((t.status, t.close), (Some(500), Close::KeepOpen));
+    conn.handle_transmitted(late, &mut adm);
+    assert!(
+        conn.handle_source(late, &mut adm, ids[0].0, SourceResult::Miss)
+            .is_err(),
+        "a late answer names no waiting request"
+    );
+    assert!(!conn.is_finished(), "the connection stays usable");
+    conn.close(late, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn an_unacknowledged_transmit_ends_the_connection_at_its_send_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_SEND_TIMEOUT};
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Found(Bytes::from(vec![0u8; 40])))
+        .unwrap();
+    let _stuck = conn.poll_transmit(T0).unwrap();
+    assert_eq!(adm.inflight_bytes(), 40);
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!((d.at, d.timer), (T0 + DEFAULT_SEND_TIMEOUT, ServerTimer::SendProgress));
+    conn.handle_timeout(T0 + DEFAULT_SEND_TIMEOUT);
+    assert!(conn.is_finished(), "a reader that stopped reading is cut off");
+    conn.close(T0 + DEFAULT_SEND_TIMEOUT, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn each_acknowledgement_restarts_the_send_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_SEND_TIMEOUT};
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let mut two = get(path(1), "");
+    two.extend(get(path(2), ""));
+    input(&mut conn, &mut adm, &two);
+    for (id, _) in fetch_ids(&events(&mut conn)) {
+        conn.handle_source(T0, &mut adm, id, SourceResult::Miss).unwrap();
+    }
+    let _a = conn.poll_transmit(T0).unwrap();
+    let _b = conn.poll_transmit(T0).unwrap();
+    let t1 = T0 + DEFAULT_SEND_TIMEOUT - Duration::from_secs(1);
+    conn.handle_transmitted(t1, &mut adm);
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!((d.at, d.timer), (t1 + DEFAULT_SEND_TIMEOUT, ServerTimer::SendProgress));
+    conn.handle_timeout(T0 + DEFAULT_SEND_TIMEOUT);
+    assert!(!conn.is_finished(), "progress was made");
+    conn.close(t1, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- construction and end of life ----
+
+#[test]
+fn accept_rejects_an_invalid_config_and_reserves_nothing() {
+    use peerblock_core::server::ServerConfigError;
+    let mut adm = admission(AdmissionConfig::default());
+    let mut bad = ServerConfig::new("node-a", "10.0.0.1:7070");
+    bad.send_timeout = Duration::ZERO;
+    let err = ServerConnection::accept(T0, &mut adm, 1, Arc::new(bad)).unwrap_err();
+    assert_eq!(err, ServerConfigError::ZeroTimeout { field: "send_timeout" });
+    assert_released(&adm);
+}
+
+#[test]
+fn close_is_idempotent_and_releases_each_ticket_exactly_once() {
+    let mut adm = admission(small_limits());
+    let mut other = accept(&mut adm, 2, config());
+    input(&mut other, &mut adm, &get(path(1), ""));
+    let mut conn = accept(&mut adm, 1, config());
+    let mut two = get(path(1), "");
+    two.extend(get(path(2), ""));
+    input(&mut conn, &mut adm, &two);
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Found(Bytes::from(vec![0u8; 10])))
+        .unwrap();
+    let _in_flight = conn.poll_transmit(T0).unwrap();
+    assert_eq!((adm.sessions(), adm.requests()), (2, 3));
+    conn.close(T0, &mut adm);
+    assert_eq!((adm.sessions(), adm.requests(), adm.inflight_bytes()), (1, 1, 0));
+    conn.close(T0, &mut adm);
+    assert_eq!((adm.sessions(), adm.requests()), (1, 1), "released once only");
+    assert!(conn.is_finished());
+    assert!(conn.poll_transmit(T0).is_none());
+    other.close(T0, &mut adm);
+    assert_released(&adm);
+}
