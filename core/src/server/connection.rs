@@ -1174,7 +1174,15 @@ impl<S: Ord + Clone> ServerConnection<S> {
             Close::KeepOpen => {}
             Close::AfterWrite => self.finished = true,
             Close::Linger if self.eof => self.finished = true,
-            Close::Linger => self.linger_until = Some(now + self.config.linger),
+            Close::Linger => {
+                // A lingering connection only drains: it gives its session slot back now
+                // (as a connection refused at accept never held one), bounded by time
+                // alone, so the overload that caused the refusal is not prolonged.
+                self.linger_until = Some(now + self.config.linger);
+                if let Some(session) = self.session.take() {
+                    admission.close_session(now, session);
+                }
+            }
         }
         if self.finished || self.linger_until.is_some() {
             return;
