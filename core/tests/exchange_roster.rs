@@ -102,7 +102,10 @@ fn caller_with_only_one_of_the_two_headers_is_anonymous() {
     let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
     let config = Arc::new(ServerConfig::new("s", HOST));
     let mut conn = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config).unwrap();
-    conn.handle_input(Instant::ZERO, b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\nX-DART-Node: half\r\n\r\n");
+    conn.handle_input(
+        Instant::ZERO,
+        b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\nX-DART-Node: half\r\n\r\n",
+    );
     conn.handle_admission(Instant::ZERO, &mut adm);
     assert!(matches!(
         conn.poll_event(),
@@ -116,7 +119,10 @@ fn server_repairs_a_roster_that_omits_itself() {
     let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
     let config = Arc::new(ServerConfig::new("s", HOST));
     let mut conn = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config).unwrap();
-    conn.handle_input(Instant::ZERO, b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\n");
+    conn.handle_input(
+        Instant::ZERO,
+        b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\n",
+    );
     conn.handle_admission(Instant::ZERO, &mut adm);
     let Some(ServerEvent::Roster { id, .. }) = conn.poll_event() else {
         panic!()
@@ -208,10 +214,16 @@ fn non_get_roster_request_is_405() {
     let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
     let config = Arc::new(ServerConfig::new("s", HOST));
     let mut conn = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config).unwrap();
-    conn.handle_input(Instant::ZERO, b"PUT /peer/v1/roster HTTP/1.1\r\nHost: s\r\nContent-Length: 0\r\n\r\n");
+    conn.handle_input(
+        Instant::ZERO,
+        b"PUT /peer/v1/roster HTTP/1.1\r\nHost: s\r\nContent-Length: 0\r\n\r\n",
+    );
     conn.handle_admission(Instant::ZERO, &mut adm);
     assert!(
-        matches!(conn.poll_event(), Some(ServerEvent::Rejected { status: 405, .. })),
+        matches!(
+            conn.poll_event(),
+            Some(ServerEvent::Rejected { status: 405, .. })
+        ),
         "no roster source consulted"
     );
     let t = conn.poll_transmit(Instant::ZERO).unwrap();

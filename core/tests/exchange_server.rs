@@ -9,8 +9,8 @@ use peerblock_core::server::{
     Admission, AdmissionConfig, RateLimit, RelayConfig, RequestId, ServerConfig, ServerConnection,
     ServerEvent, SourceRequest, SourceResult, DEFAULT_IDLE_TIMEOUT,
 };
-use peerblock_core::transmit::{Close, Transmit};
 use peerblock_core::time::{Duration, Instant};
+use peerblock_core::transmit::{Close, Transmit};
 use peerblock_core::wire::{BlockPath, ChunkKey, Hop};
 
 const T0: Instant = Instant::ZERO;
@@ -405,7 +405,10 @@ fn refused(adm: &mut Admission<u32>, source: u32) -> (Refusal, String) {
     assert_eq!(t.refusal, Some(refusal.reason));
     assert_eq!(t.close, Close::Linger);
     conn.close(T0, adm);
-    (refusal, String::from_utf8([&t.head[..], &t.body[..]].concat()).unwrap())
+    (
+        refusal,
+        String::from_utf8([&t.head[..], &t.body[..]].concat()).unwrap(),
+    )
 }
 
 #[test]
@@ -671,10 +674,21 @@ fn error_and_refusal_paths_release_everything() {
 fn idle_connection_closes_at_its_deadline_and_releases_its_session() {
     let mut adm = admission(small_limits());
     let mut conn = accept(&mut adm, 1, config());
-    assert_eq!(conn.poll_timeout().map(|d| d.at), Some(T0 + DEFAULT_IDLE_TIMEOUT));
+    assert_eq!(
+        conn.poll_timeout().map(|d| d.at),
+        Some(T0 + DEFAULT_IDLE_TIMEOUT)
+    );
     // A dribbled partial head does not extend the deadline.
-    input_at(&mut conn, &mut adm, Instant::from_secs(100), b"GET /peer/v1/bl");
-    assert_eq!(conn.poll_timeout().map(|d| d.at), Some(T0 + DEFAULT_IDLE_TIMEOUT));
+    input_at(
+        &mut conn,
+        &mut adm,
+        Instant::from_secs(100),
+        b"GET /peer/v1/bl",
+    );
+    assert_eq!(
+        conn.poll_timeout().map(|d| d.at),
+        Some(T0 + DEFAULT_IDLE_TIMEOUT)
+    );
     conn.handle_timeout(Instant::from_secs(119));
     assert!(!conn.is_finished(), "spurious wake-up changes nothing");
     conn.handle_timeout(T0 + DEFAULT_IDLE_TIMEOUT);
@@ -770,7 +784,10 @@ fn block_index_above_the_maximum_is_declined_before_any_access() {
         index: 1001,
     };
     let (evs, ts, adm) = serve_one(relay_config(true), &with_origin(big, 0), SourceResult::Miss);
-    assert!(asks(&evs).is_empty(), "no cache or upstream access: {evs:?}");
+    assert!(
+        asks(&evs).is_empty(),
+        "no cache or upstream access: {evs:?}"
+    );
     assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
     assert_released(&adm);
 }
@@ -782,7 +799,10 @@ fn chunk_key_disagreeing_with_origin_identity_is_declined_before_any_access() {
         &with_origin(path(1), 0),
         SourceResult::Miss,
     );
-    assert!(asks(&evs).is_empty(), "no cache or upstream access: {evs:?}");
+    assert!(
+        asks(&evs).is_empty(),
+        "no cache or upstream access: {evs:?}"
+    );
     assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
 }
 
@@ -821,7 +841,8 @@ fn drain_all(conn: &mut ServerConnection<u32>, adm: &mut Admission<u32>) -> Vec<
         }
         let ids = fetch_ids(&events(conn));
         for (id, _) in &ids {
-            conn.handle_source(T0, adm, *id, SourceResult::Miss).unwrap();
+            conn.handle_source(T0, adm, *id, SourceResult::Miss)
+                .unwrap();
         }
         let ts = transmits(conn, adm);
         if ids.is_empty() && ts.is_empty() && !conn.needs_admission() {
@@ -902,7 +923,10 @@ fn eof_with_an_incomplete_request_finishes_once_the_complete_ones_are_answered()
     data.extend_from_slice(b"GET /peer/v1/bl");
     input(&mut conn, &mut adm, &data);
     conn.handle_eof(T0);
-    assert!(!conn.is_finished(), "the complete request is still answered");
+    assert!(
+        !conn.is_finished(),
+        "the complete request is still answered"
+    );
     assert_eq!(drain_all(&mut conn, &mut adm), [404]);
     assert!(conn.is_finished());
     conn.close(T0, &mut adm);
@@ -935,7 +959,10 @@ fn byte_reads_never_touch_the_admission() {
     conn.handle_input(T0, &get(path(1), ""));
     assert_eq!(adm.requests(), 0, "a byte read begins nothing");
     assert!(conn.needs_admission());
-    assert!(events(&mut conn).is_empty(), "nothing asked before admission");
+    assert!(
+        events(&mut conn).is_empty(),
+        "nothing asked before admission"
+    );
     conn.handle_admission(T0, &mut adm);
     assert!(!conn.needs_admission());
     assert_eq!(adm.requests(), 1, "the request began at admission");
@@ -962,7 +989,10 @@ fn every_rejected_request_is_reported_with_its_typed_error_before_its_response()
         let mut conn = accept(&mut adm, 1, config());
         input(&mut conn, &mut adm, request);
         let evs = events(&mut conn);
-        let [ServerEvent::Rejected { status: s, error, .. }] = evs.as_slice() else {
+        let [ServerEvent::Rejected {
+            status: s, error, ..
+        }] = evs.as_slice()
+        else {
             panic!("{status}: expected one Rejected event, got {evs:?}");
         };
         assert_eq!(*s, status);
@@ -974,7 +1004,11 @@ fn every_rejected_request_is_reported_with_its_typed_error_before_its_response()
     // The typed errors themselves.
     let mut adm = admission(AdmissionConfig::default());
     let mut conn = accept(&mut adm, 1, config());
-    input(&mut conn, &mut adm, b"GET /metrics HTTP/1.1\r\nHost: s\r\n\r\n");
+    input(
+        &mut conn,
+        &mut adm,
+        b"GET /metrics HTTP/1.1\r\nHost: s\r\n\r\n",
+    );
     assert!(matches!(
         events(&mut conn)[..],
         [ServerEvent::Rejected {
@@ -1028,7 +1062,10 @@ fn a_declined_relay_is_reported_as_a_rejected_request() {
 fn malformed_then_linger(adm: &mut Admission<u32>) -> ServerConnection<u32> {
     let mut conn = accept(adm, 1, config());
     input(&mut conn, adm, b"garbage\r\n\r\n");
-    assert!(matches!(events(&mut conn)[..], [ServerEvent::Rejected { .. }]));
+    assert!(matches!(
+        events(&mut conn)[..],
+        [ServerEvent::Rejected { .. }]
+    ));
     let ts = transmits(&mut conn, adm);
     assert_eq!(ts[0].status, Some(400));
     assert_eq!(ts[0].close, Close::Linger);
@@ -1073,8 +1110,13 @@ fn a_successful_response_to_a_close_request_closes_after_write_without_lingering
     let mut conn = accept(&mut adm, 1, config());
     input(&mut conn, &mut adm, &get(path(1), "Connection: close\r\n"));
     let ids = fetch_ids(&events(&mut conn));
-    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Found(Bytes::from_static(b"x")))
-        .unwrap();
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from_static(b"x")),
+    )
+    .unwrap();
     let ts = transmits(&mut conn, &mut adm);
     assert_eq!((ts[0].status, ts[0].close), (Some(200), Close::AfterWrite));
     assert!(conn.is_finished(), "no linger after a success");
@@ -1102,13 +1144,22 @@ fn refused_conn() -> (Admission<u32>, ServerConnection<u32>) {
 #[test]
 fn a_refused_connection_answers_the_first_request_head_and_never_speaks_first() {
     let (mut adm, mut conn) = refused_conn();
-    assert!(conn.poll_transmit(T0).is_none(), "nothing before the request");
+    assert!(
+        conn.poll_transmit(T0).is_none(),
+        "nothing before the request"
+    );
     let req = get(path(1), "");
     let (a, b) = req.split_at(req.len() - 2); // the head's blank line split across reads
     assert_eq!(conn.handle_input(T0, a), a.len());
-    assert!(conn.poll_transmit(T0).is_none(), "the head is not complete yet");
+    assert!(
+        conn.poll_transmit(T0).is_none(),
+        "the head is not complete yet"
+    );
     assert_eq!(read_via_buf(&mut conn, b), b.len());
-    assert!(!conn.needs_admission(), "a refused connection begins nothing");
+    assert!(
+        !conn.needs_admission(),
+        "a refused connection begins nothing"
+    );
     let t = conn.poll_transmit(T0).expect("503 after the head");
     let text = String::from_utf8([&t.head[..], &t.body[..]].concat()).unwrap();
     assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
@@ -1135,7 +1186,11 @@ fn a_refused_connection_that_sends_nothing_ends_without_a_byte_at_its_deadline()
     );
     conn.handle_timeout(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT);
     assert!(conn.is_finished());
-    assert!(conn.poll_transmit(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT).is_none(), "no bytes");
+    assert!(
+        conn.poll_transmit(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT)
+            .is_none(),
+        "no bytes"
+    );
     conn.close(T0, &mut adm);
 }
 
@@ -1155,7 +1210,9 @@ fn a_refused_connection_answers_a_partial_head_at_its_deadline() {
     let (mut adm, mut conn) = refused_conn();
     conn.handle_input(T0, b"GET /peer/v1/bl");
     conn.handle_timeout(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT);
-    let t = conn.poll_transmit(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT).expect("answered");
+    let t = conn
+        .poll_transmit(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT)
+        .expect("answered");
     assert_eq!(t.status, Some(503));
     conn.close(T0, &mut adm);
     assert_released(&adm);
@@ -1185,7 +1242,10 @@ fn an_unanswered_source_is_answered_500_at_its_deadline() {
     input(&mut conn, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut conn));
     let d = conn.poll_timeout().unwrap();
-    assert_eq!((d.at, d.timer), (T0 + DEFAULT_SOURCE_TIMEOUT, ServerTimer::Source));
+    assert_eq!(
+        (d.at, d.timer),
+        (T0 + DEFAULT_SOURCE_TIMEOUT, ServerTimer::Source)
+    );
     let late = T0 + DEFAULT_SOURCE_TIMEOUT;
     conn.handle_timeout(late);
     assert_eq!(
@@ -1212,14 +1272,25 @@ fn an_unacknowledged_transmit_ends_the_connection_at_its_send_deadline() {
     let mut conn = accept(&mut adm, 1, config());
     input(&mut conn, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut conn));
-    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Found(Bytes::from(vec![0u8; 40])))
-        .unwrap();
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![0u8; 40])),
+    )
+    .unwrap();
     let _stuck = conn.poll_transmit(T0).unwrap();
     assert_eq!(adm.inflight_bytes(), 40);
     let d = conn.poll_timeout().unwrap();
-    assert_eq!((d.at, d.timer), (T0 + DEFAULT_SEND_TIMEOUT, ServerTimer::SendProgress));
+    assert_eq!(
+        (d.at, d.timer),
+        (T0 + DEFAULT_SEND_TIMEOUT, ServerTimer::SendProgress)
+    );
     conn.handle_timeout(T0 + DEFAULT_SEND_TIMEOUT);
-    assert!(conn.is_finished(), "a reader that stopped reading is cut off");
+    assert!(
+        conn.is_finished(),
+        "a reader that stopped reading is cut off"
+    );
     conn.close(T0 + DEFAULT_SEND_TIMEOUT, &mut adm);
     assert_released(&adm);
 }
@@ -1233,14 +1304,18 @@ fn each_acknowledgement_restarts_the_send_deadline() {
     two.extend(get(path(2), ""));
     input(&mut conn, &mut adm, &two);
     for (id, _) in fetch_ids(&events(&mut conn)) {
-        conn.handle_source(T0, &mut adm, id, SourceResult::Miss).unwrap();
+        conn.handle_source(T0, &mut adm, id, SourceResult::Miss)
+            .unwrap();
     }
     let _a = conn.poll_transmit(T0).unwrap();
     let _b = conn.poll_transmit(T0).unwrap();
     let t1 = T0 + DEFAULT_SEND_TIMEOUT - Duration::from_secs(1);
     conn.handle_transmitted(t1, &mut adm);
     let d = conn.poll_timeout().unwrap();
-    assert_eq!((d.at, d.timer), (t1 + DEFAULT_SEND_TIMEOUT, ServerTimer::SendProgress));
+    assert_eq!(
+        (d.at, d.timer),
+        (t1 + DEFAULT_SEND_TIMEOUT, ServerTimer::SendProgress)
+    );
     conn.handle_timeout(T0 + DEFAULT_SEND_TIMEOUT);
     assert!(!conn.is_finished(), "progress was made");
     conn.close(t1, &mut adm);
@@ -1256,7 +1331,12 @@ fn accept_rejects_an_invalid_config_and_reserves_nothing() {
     let mut bad = ServerConfig::new("node-a", "10.0.0.1:7070");
     bad.send_timeout = Duration::ZERO;
     let err = ServerConnection::accept(T0, &mut adm, 1, Arc::new(bad)).unwrap_err();
-    assert_eq!(err, ServerConfigError::ZeroTimeout { field: "send_timeout" });
+    assert_eq!(
+        err,
+        ServerConfigError::ZeroTimeout {
+            field: "send_timeout"
+        }
+    );
     assert_released(&adm);
 }
 
@@ -1270,14 +1350,26 @@ fn close_is_idempotent_and_releases_each_ticket_exactly_once() {
     two.extend(get(path(2), ""));
     input(&mut conn, &mut adm, &two);
     let ids = fetch_ids(&events(&mut conn));
-    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Found(Bytes::from(vec![0u8; 10])))
-        .unwrap();
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![0u8; 10])),
+    )
+    .unwrap();
     let _in_flight = conn.poll_transmit(T0).unwrap();
     assert_eq!((adm.sessions(), adm.requests()), (2, 3));
     conn.close(T0, &mut adm);
-    assert_eq!((adm.sessions(), adm.requests(), adm.inflight_bytes()), (1, 1, 0));
+    assert_eq!(
+        (adm.sessions(), adm.requests(), adm.inflight_bytes()),
+        (1, 1, 0)
+    );
     conn.close(T0, &mut adm);
-    assert_eq!((adm.sessions(), adm.requests()), (1, 1), "released once only");
+    assert_eq!(
+        (adm.sessions(), adm.requests()),
+        (1, 1),
+        "released once only"
+    );
     assert!(conn.is_finished());
     assert!(conn.poll_transmit(T0).is_none());
     other.close(T0, &mut adm);

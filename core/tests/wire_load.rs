@@ -13,8 +13,8 @@ use peerblock_core::server::{
     Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
     SourceResult,
 };
-use peerblock_core::transmit::Transmit;
 use peerblock_core::time::Instant;
+use peerblock_core::transmit::Transmit;
 use peerblock_core::wire::{header, BlockPath, ChunkKey};
 
 const T0: Instant = Instant::ZERO;
@@ -118,9 +118,14 @@ fn refusals_advertise_the_load() {
     let mut b = accept(&mut adm, 2);
     let first = request(&mut b, &mut adm, path(2));
     let mut refused = ServerConnection::accept(T0, &mut adm, 3, config()).unwrap();
-    assert!(refused.refused().is_some(), "admitted over the session limit");
+    assert!(
+        refused.refused().is_some(),
+        "admitted over the session limit"
+    );
     refused.handle_input(T0, &get(path(5)));
-    let response = refused.poll_transmit(T0).expect("the 503 answers the request");
+    let response = refused
+        .poll_transmit(T0)
+        .expect("the 503 answers the request");
     let h = decode(&response.head);
     assert!(h.is_refusal());
     assert_eq!(h.load(), Some(3), "the load when it was refused, at accept");

@@ -918,13 +918,8 @@ impl<S: Ord + Clone> ServerConnection<S> {
                         status: Status::NotFound.code(),
                         error: RequestRejection::Relay(decline),
                     });
-                    slot.ready = Some(self.frame(
-                        ResponseKind::NotFound,
-                        Bytes::new(),
-                        close,
-                        false,
-                        load,
-                    ));
+                    slot.ready =
+                        Some(self.frame(ResponseKind::NotFound, Bytes::new(), close, false, load));
                 } else {
                     slot.asked_at = Some(now);
                     self.events.push_back(ServerEvent::Fetch {
@@ -938,7 +933,12 @@ impl<S: Ord + Clone> ServerConnection<S> {
     }
 
     fn refusal_transmit(&mut self, refusal: &Refusal, load: Option<u32>) -> Transmit {
-        refusal::encode(refusal, Some(&self.config.node_id), load, &mut self.head_buf);
+        refusal::encode(
+            refusal,
+            Some(&self.config.node_id),
+            load,
+            &mut self.head_buf,
+        );
         Transmit {
             head: self.head_buf.split().freeze(),
             body: Bytes::new(),
@@ -1221,7 +1221,8 @@ impl<S: Ord + Clone> ServerConnection<S> {
             .min()
             .map(|t| (t + c.source_timeout, ServerTimer::Source));
         let idle = if self.in_progress() == 0 && !self.stopped && !self.eof {
-            self.idle_since.map(|t| (t + c.idle_timeout, ServerTimer::Idle))
+            self.idle_since
+                .map(|t| (t + c.idle_timeout, ServerTimer::Idle))
         } else {
             None
         };
@@ -1286,9 +1287,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
         if self.in_progress() == 0
             && !self.stopped
             && !self.eof
-            && self
-                .idle_since
-                .is_some_and(|t| t + c.idle_timeout <= now)
+            && self.idle_since.is_some_and(|t| t + c.idle_timeout <= now)
         {
             self.finished = true;
         }

@@ -15,8 +15,8 @@ pub use admission::{
 };
 pub use connection::{
     RequestId, RequestRejection, RosterCaller, ServerConfig, ServerConfigError, ServerConnection,
-    ServerEvent, ServerTimer, ServerUsageError, SourceRequest, SourceResult,
-    DEFAULT_IDLE_TIMEOUT, DEFAULT_LINGER, DEFAULT_REFUSAL_HEAD_TIMEOUT, DEFAULT_SEND_TIMEOUT,
-    DEFAULT_SOURCE_TIMEOUT, MAX_REFUSAL_HEAD_BYTES,
+    ServerEvent, ServerTimer, ServerUsageError, SourceRequest, SourceResult, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_LINGER, DEFAULT_REFUSAL_HEAD_TIMEOUT, DEFAULT_SEND_TIMEOUT, DEFAULT_SOURCE_TIMEOUT,
+    MAX_REFUSAL_HEAD_BYTES,
 };
 pub use relay::{Decline, OriginIdentity, RelayConfig, TrustOrigin};

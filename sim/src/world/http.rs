@@ -463,8 +463,7 @@ impl World<'_> {
         while off < bytes.len() {
             let taken = side.conn.handle_input(now, &bytes[off..]);
             if side.conn.needs_admission() {
-                side.conn
-                    .handle_admission(now, node.admission.core_mut());
+                side.conn.handle_admission(now, node.admission.core_mut());
             }
             if taken == 0 {
                 break;
