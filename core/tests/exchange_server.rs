@@ -1375,3 +1375,74 @@ fn close_is_idempotent_and_releases_each_ticket_exactly_once() {
     other.close(T0, &mut adm);
     assert_released(&adm);
 }
+
+#[test]
+fn read_buf_and_handle_input_take_the_same_bytes_in_every_state() {
+    type Setup = fn(&mut Admission<u32>) -> ServerConnection<u32>;
+    let states: [(&str, Setup); 6] = [
+        ("serving", |adm| accept(adm, 1, config())),
+        ("close request decoded, not yet begun", |adm| {
+            let mut c = accept(adm, 1, config());
+            c.handle_input(T0, &get(path(1), "Connection: close\r\n"));
+            c
+        }),
+        ("pipeline full", |adm| {
+            let mut c = accept(adm, 1, config());
+            let mut data = three_gets();
+            while data.len() < 64 * 1024 {
+                data.extend(get(path(4), ""));
+            }
+            let mut off = 0;
+            while off < data.len() {
+                let n = c.handle_input(T0, &data[off..]);
+                if n == 0 {
+                    break;
+                }
+                off += n;
+            }
+            c
+        }),
+        ("lingering", |adm| malformed_then_linger(adm)),
+        ("refusing", |adm| {
+            // Sessions full: the first connection is never closed (the test's admission
+            // is thrown away).
+            let _holds_the_only_session = accept(adm, 1, config());
+            let mut c = ServerConnection::accept(T0, adm, 2, config()).unwrap();
+            assert!(c.refused().is_some());
+            c.handle_input(T0, b"x");
+            c
+        }),
+        ("finished", |adm| {
+            let mut c = accept(adm, 1, config());
+            c.handle_timeout(T0 + DEFAULT_IDLE_TIMEOUT);
+            assert!(c.is_finished());
+            c
+        }),
+    ];
+    let data = get(path(9), "");
+    let one_session = || {
+        admission(AdmissionConfig {
+            max_sessions: 1,
+            max_sessions_per_source: 1,
+            ..AdmissionConfig::default()
+        })
+    };
+    for (name, setup) in states {
+        let mut adm = one_session();
+        let mut a = setup(&mut adm);
+        let by_slice = a.handle_input(T0, &data);
+        a.close(T0, &mut adm);
+        let mut adm = one_session();
+        let mut b = setup(&mut adm);
+        let by_window = match b.read_buf() {
+            None => 0,
+            Some(window) => {
+                let n = window.len().min(data.len());
+                window[..n].copy_from_slice(&data[..n]);
+                b.handle_read(T0, n)
+            }
+        };
+        b.close(T0, &mut adm);
+        assert_eq!(by_slice, by_window, "{name}");
+    }
+}

@@ -978,6 +978,32 @@ mod tests {
     }
 
     #[test]
+    fn reading_into_read_buf_decodes_what_feed_decodes() {
+        let input = b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\nGET /x HTTP/1.1\r\nHost: s\r\nConnection: close\r\n\r\nGET /after HTTP/1.1\r\n\r\n";
+        let (fed, _) = decode_all(input);
+        for step in [1, 7, 64, input.len()] {
+            let mut d = RequestDecoder::new();
+            let mut got = Vec::new();
+            for chunk in input.chunks(step) {
+                let window = d.read_buf();
+                assert!(window.len() <= REQUEST_BUFFER_BYTES);
+                window[..chunk.len()].copy_from_slice(chunk);
+                assert_eq!(
+                    d.advance(chunk.len()),
+                    chunk.len(),
+                    "closed: discarded as taken"
+                );
+                while let Ok(Some(r)) = d.decode() {
+                    got.push(r);
+                }
+            }
+            let paths = |v: &[Request]| v.iter().map(|r| r.target().to_vec()).collect::<Vec<_>>();
+            assert_eq!(paths(&got), paths(&fed), "step {step}");
+            assert_eq!(got.len(), 2, "nothing after the close request");
+        }
+    }
+
+    #[test]
     fn errors_are_sticky_and_input_after_is_discarded() {
         let mut d = RequestDecoder::new();
         d.feed(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");

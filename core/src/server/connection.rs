@@ -614,9 +614,11 @@ impl<S: Ord + Clone> ServerConnection<S> {
         self.decoded.len() + self.queue.len() + self.unacked.len()
     }
 
-    /// Whether input is read only to be discarded: nothing more will be decoded.
+    /// Whether input is read only to be discarded: nothing more will be decoded (the last
+    /// request asked to close or was malformed, a response ending the connection is
+    /// queued, the connection lingers, refuses or is finished).
     fn discarding(&self) -> bool {
-        self.finished || self.stopped || self.linger_until.is_some()
+        self.finished || self.stopped || self.decode_ended || self.linger_until.is_some()
     }
 
     /// A window to read received bytes into; report how many were written with
