@@ -1446,3 +1446,25 @@ fn read_buf_and_handle_input_take_the_same_bytes_in_every_state() {
         assert_eq!(by_slice, by_window, "{name}");
     }
 }
+
+#[test]
+fn a_refused_connection_answers_exactly_when_the_head_ends_however_it_is_split() {
+    let crlf = get(path(1), "");
+    let bare_lf = b"GET / HTTP/1.1\nHost: s\n\n".to_vec();
+    for head in [crlf, bare_lf] {
+        for split in 1..head.len() {
+            let (mut adm, mut conn) = refused_conn();
+            let (a, b) = head.split_at(split);
+            conn.handle_input(T0, a);
+            assert!(conn.poll_transmit(T0).is_none(), "early at {split}");
+            // The last byte alone completes the head.
+            let (b, last) = b.split_at(b.len() - 1);
+            conn.handle_input(T0, b);
+            assert!(conn.poll_transmit(T0).is_none(), "early at {split}");
+            conn.handle_input(T0, last);
+            let t = conn.poll_transmit(T0).expect("answered at the blank line");
+            assert_eq!(t.status, Some(503));
+            conn.close(T0, &mut adm);
+        }
+    }
+}

@@ -404,20 +404,37 @@ struct RefusalHead {
 
 impl RefusalHead {
     /// Scans `data`; true once the head's blank line has been seen or the byte bound hit.
+    /// Inside a line it jumps to the next LF instead of stepping through every byte.
     fn scan(&mut self, data: &[u8]) -> bool {
-        for &b in data {
-            self.seen += 1;
+        let n = data.len().min(MAX_REFUSAL_HEAD_BYTES - self.seen);
+        let mut i = 0;
+        while i < n {
+            if self.state == 0 {
+                match data[i..n].iter().position(|&b| b == b'\n') {
+                    Some(p) => {
+                        i += p + 1;
+                        self.state = 1;
+                        continue;
+                    }
+                    None => {
+                        i = n;
+                        break;
+                    }
+                }
+            }
+            let b = data[i];
+            i += 1;
             self.state = match (self.state, b) {
-                (1 | 2, b'\n') => return true,
+                (_, b'\n') => {
+                    self.seen += i;
+                    return true;
+                }
                 (1, b'\r') => 2,
-                (_, b'\n') => 1,
                 _ => 0,
             };
-            if self.seen >= MAX_REFUSAL_HEAD_BYTES {
-                return true;
-            }
         }
-        false
+        self.seen += i;
+        self.seen >= MAX_REFUSAL_HEAD_BYTES
     }
 }
 
