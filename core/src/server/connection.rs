@@ -641,7 +641,8 @@ impl<S: Ord + Clone> ServerConnection<S> {
     /// A window to read received bytes into; report how many were written with
     /// [`handle_read`](Self::handle_read). `None` means "take nothing now" (the pipeline is
     /// full: acknowledge a transmit first), never an empty slice. While the machine only
-    /// discards input (refusing, lingering, finished) it lends a small scratch window.
+    /// discards input (see [`handle_input`](Self::handle_input)) it lends a small scratch
+    /// window.
     pub fn read_buf(&mut self) -> Option<&mut [u8]> {
         if self.discarding() {
             if self.discard.is_empty() {
@@ -681,15 +682,16 @@ impl<S: Ord + Clone> ServerConnection<S> {
                     return 0;
                 };
                 let taken = decoder.advance(n);
-                self.pump_decode(now);
+                self.pump_decode();
                 taken
             }
         }
     }
 
     /// Bytes received from the client. Returns how many were taken: all of them while
-    /// the machine only discards input (refusing, lingering, finished), else what fits
-    /// the receive buffer (offer the rest after the next acknowledgement).
+    /// the machine only discards input (after a request that closes the connection or a
+    /// malformed one, while refusing or lingering, once finished), else what fits the
+    /// receive buffer (offer the rest after the next acknowledgement).
     pub fn handle_input(&mut self, now: Instant, data: &[u8]) -> usize {
         let now = self.clamp(now);
         self.lent = Lent::Nothing;
@@ -704,7 +706,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             return data.len();
         };
         let taken = decoder.feed(data);
-        self.pump_decode(now);
+        self.pump_decode();
         taken
     }
 
@@ -752,7 +754,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             self.finished = true;
             return;
         }
-        self.pump_decode(now);
+        self.pump_decode();
         self.check_eof_finished();
     }
 
@@ -766,7 +768,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
 
     /// Decodes buffered requests while the pipeline depth allows; they wait for
     /// [`handle_admission`](Self::handle_admission).
-    fn pump_decode(&mut self, _now: Instant) {
+    fn pump_decode(&mut self) {
         if self.decode_ended || self.stopped || self.finished {
             return;
         }
@@ -1209,7 +1211,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
         if self.in_progress() == 0 {
             self.idle_since = Some(now);
         }
-        self.pump_decode(now);
+        self.pump_decode();
         self.admit_decoded(now, admission);
         self.check_eof_finished();
     }
