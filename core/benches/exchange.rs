@@ -1,5 +1,6 @@
-//! Exchange hot paths: the admission decision, encoding a refusal, and one full exchange of
-//! a 256 KiB block through both machines (directly, and through the in-memory pair).
+//! Exchange hot paths: the admission decision, encoding a refusal, a refused connection
+//! (accept, the peer's request head in, the 503 out), and one full exchange of a 256 KiB
+//! block through both machines (directly, and through the in-memory pair).
 //!
 //! Run: `cargo bench -p peerblock-core --bench exchange -- --warm-up-time 1 --measurement-time 3`
 
@@ -14,7 +15,7 @@ use peerblock_core::client::{
 use peerblock_core::pair::Pair;
 use peerblock_core::refusal::{self, Refusal, RefusalReason};
 use peerblock_core::server::{
-    Accept, Admission, AdmissionConfig, ServerConfig, ServerConnection, ServerEvent, SourceResult,
+    Admission, AdmissionConfig, ServerConfig, ServerConnection, ServerEvent, SourceResult,
 };
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey};
@@ -94,13 +95,27 @@ fn refusal(c: &mut Criterion) {
     .unwrap();
     let _keep = adm.open_session(Instant::ZERO, 0).unwrap();
     let config = Arc::new(ServerConfig::new("node-0123456789abcdef", "10.0.0.1:7070"));
-    c.bench_function("refusal_at_accept", |b| {
-        b.iter(
-            || match ServerConnection::accept(Instant::ZERO, &mut adm, 1, Arc::clone(&config)) {
-                Accept::Refused { response, .. } => black_box(response.len()),
-                Accept::Admitted(_) => unreachable!(),
-            },
-        )
+    // What a Go net/http client sends for a block GET.
+    let head = format!(
+        "GET {} HTTP/1.1\r\nHost: 10.0.0.1:7070\r\nUser-Agent: Go-http-client/1.1\r\n\
+         X-Dart-Hop: 0\r\nAccept-Encoding: gzip\r\n\r\n",
+        path()
+    );
+    // A refused connection from accept to its 503: the request head in, the refusal out,
+    // acknowledged, the peer's close, and the close (what a full node pays per dial).
+    c.bench_function("refused_connection", |b| {
+        b.iter(|| {
+            let mut conn =
+                ServerConnection::accept(Instant::ZERO, &mut adm, 1, Arc::clone(&config)).unwrap();
+            debug_assert!(conn.refused().is_some());
+            conn.handle_input(Instant::ZERO, black_box(head.as_bytes()));
+            let t = conn.poll_transmit(Instant::ZERO).unwrap();
+            let len = t.head.len() + t.body.len();
+            conn.handle_transmitted(Instant::ZERO, &mut adm);
+            conn.handle_eof(Instant::ZERO);
+            conn.close(Instant::ZERO, &mut adm);
+            black_box(len)
+        })
     });
 }
 
@@ -129,14 +144,15 @@ fn machines_once(
     ex.handle_connected(Instant::ZERO);
     let request = ex.poll_transmit(Instant::ZERO).unwrap();
     ex.handle_transmitted(Instant::ZERO);
-    server.handle_input(Instant::ZERO, adm, &request.head);
+    server.handle_input(Instant::ZERO, &request.head);
+    server.handle_admission(Instant::ZERO, adm);
     let Some(ServerEvent::Fetch { id, .. }) = server.poll_event() else {
         unreachable!()
     };
     server
         .handle_source(Instant::ZERO, adm, id, SourceResult::Found(block.clone()))
         .unwrap();
-    let t = server.poll_transmit().unwrap();
+    let t = server.poll_transmit(Instant::ZERO).unwrap();
     assert_eq!(t.body.as_ptr(), block.as_ptr(), "server copied the body");
     let mut body_landed_at = None;
     if rx == Rx::DriverBuffer {
@@ -221,10 +237,7 @@ fn full_exchange(c: &mut Criterion) {
 
     let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
     let config = Arc::new(ServerConfig::new("node", "10.0.0.1:7070"));
-    let Accept::Admitted(mut server) = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config)
-    else {
-        unreachable!()
-    };
+    let mut server = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config).unwrap();
     let (_, mut pooled) = machines_once(
         &mut adm,
         &mut server,

@@ -32,7 +32,7 @@ use crate::client::{
 };
 use crate::roster::{Membership, RosterMember};
 use crate::server::{
-    Accept, Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
+    Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
     SourceRequest, SourceResult,
 };
 use crate::time::{Duration, Instant};
@@ -287,7 +287,7 @@ impl<B: BlockSource> Pair<B> {
     }
 
     fn reset_connection(&mut self) {
-        if let Some(server) = self.server.take() {
+        if let Some(mut server) = self.server.take() {
             server.close(self.now, &mut self.admission);
         }
         self.server_closed = false;
@@ -365,7 +365,8 @@ impl<B: BlockSource> Pair<B> {
         let server = self
             .server
             .as_ref()
-            .and_then(ServerConnection::poll_timeout);
+            .and_then(ServerConnection::poll_timeout)
+            .map(|d| d.at);
         let scheduled = self.scheduled.iter().map(|(t, _, _)| *t).min();
         [client, server, scheduled].into_iter().flatten().min()
     }
@@ -397,23 +398,19 @@ impl<B: BlockSource> Pair<B> {
             }
             Happening::DialDone { ok: true } => {
                 if self.script.is_none() {
-                    match ServerConnection::accept(
+                    let s = ServerConnection::accept(
                         now,
                         &mut self.admission,
                         self.source_id,
                         Arc::clone(&self.server_config),
-                    ) {
-                        Accept::Admitted(s) => {
-                            self.server = Some(s);
-                            self.server_closed = false;
-                        }
-                        Accept::Refused { response, .. } => {
-                            self.stats.refused_at_accept += 1;
-                            self.stats.wire_to_client += response.len() as u64;
-                            self.to_client.extend(response.iter());
-                            self.server_closed = true;
-                        }
+                    )
+                    .expect("server config validated at construction");
+                    if s.refused().is_some() {
+                        // It answers the first request with the 503.
+                        self.stats.refused_at_accept += 1;
                     }
+                    self.server = Some(s);
+                    self.server_closed = false;
                 }
                 if let Some(c) = self.client.as_mut() {
                     c.handle_connected(now);
@@ -514,11 +511,15 @@ impl<B: BlockSource> Pair<B> {
         if !self.to_server.is_empty() {
             self.to_server.make_contiguous();
             let (a, _) = self.to_server.as_slices();
-            let taken = s.handle_input(now, &mut self.admission, a);
+            let taken = s.handle_input(now, a);
             if taken > 0 {
                 self.to_server.drain(..taken);
                 progress = true;
             }
+        }
+        if s.needs_admission() {
+            s.handle_admission(now, &mut self.admission);
+            progress = true;
         }
         while let Some(event) = s.poll_event() {
             progress = true;
@@ -550,6 +551,7 @@ impl<B: BlockSource> Pair<B> {
                     let snapshot = self.membership.snapshot();
                     let _ = s.handle_roster(now, id, &snapshot);
                 }
+                ServerEvent::Rejected { .. } | ServerEvent::SourceTimedOut { .. } => {}
             }
         }
         // Zero-delay answers are due now.
@@ -565,7 +567,7 @@ impl<B: BlockSource> Pair<B> {
                 progress = true;
             }
         }
-        while let Some(t) = s.poll_transmit() {
+        while let Some(t) = s.poll_transmit(now) {
             progress = true;
             let len = t.head.len() + t.body.len();
             self.stats.wire_to_client += len as u64;
@@ -575,9 +577,14 @@ impl<B: BlockSource> Pair<B> {
                 self.stats.served_bodies.push(t.body.clone());
             }
             s.handle_transmitted(now, &mut self.admission);
+            if t.close.ends_connection() {
+                // Half-closed (or closed): the client reads to EOF; a lingering server
+                // keeps discarding input until it finishes.
+                self.server_closed = true;
+            }
         }
         if s.is_finished() {
-            if let Some(s) = self.server.take() {
+            if let Some(mut s) = self.server.take() {
                 s.close(now, &mut self.admission);
             }
             self.server_closed = true;
@@ -588,7 +595,7 @@ impl<B: BlockSource> Pair<B> {
 
     /// Closes the server side abruptly (a crash or reset): every ticket is released.
     pub fn abort_server(&mut self) {
-        if let Some(s) = self.server.take() {
+        if let Some(mut s) = self.server.take() {
             s.close(self.now, &mut self.admission);
         }
         self.server_closed = true;

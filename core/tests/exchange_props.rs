@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use peerblock_core::server::{
-    Accept, Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
+    Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
     SourceResult,
 };
 use peerblock_core::time::{Duration, Instant};
@@ -73,22 +73,27 @@ proptest! {
             match op {
                 Op::Accept(source) => {
                     let before = (adm.sessions(), adm.requests(), adm.inflight_bytes());
-                    match ServerConnection::accept(now, &mut adm, source, Arc::clone(&config)) {
-                        Accept::Admitted(machine) => conns.push(Conn { machine, pending: vec![], unacked: 0 }),
-                        Accept::Refused { response, .. } => {
-                            prop_assert_eq!(before, (adm.sessions(), adm.requests(), adm.inflight_bytes()));
-                            prop_assert!(response.starts_with(b"HTTP/1.1 503 "));
-                        }
+                    let machine = ServerConnection::accept(now, &mut adm, source, Arc::clone(&config)).unwrap();
+                    if machine.refused().is_some() {
+                        // A refused connection reserves nothing; it answers its first
+                        // request with the 503.
+                        prop_assert_eq!(before, (adm.sessions(), adm.requests(), adm.inflight_bytes()));
                     }
+                    conns.push(Conn { machine, pending: vec![], unacked: 0 });
                 }
                 Op::Input(i, k) => if let Some(c) = conns.get_mut(i % n_conns) {
-                    let _ = c.machine.handle_input(now, &mut adm, REQUESTS[usize::from(k)]);
+                    let _ = c.machine.handle_input(now, REQUESTS[usize::from(k)]);
+                    if c.machine.needs_admission() {
+                        c.machine.handle_admission(now, &mut adm);
+                    }
                 }
                 Op::Answer(i, k, n) => if let Some(c) = conns.get_mut(i % n_conns) {
                     while let Some(e) = c.machine.poll_event() {
                         match e {
                             ServerEvent::Fetch { id, .. } | ServerEvent::Relay { id, .. } => c.pending.push((id, true)),
                             ServerEvent::Roster { id, .. } => c.pending.push((id, false)),
+                            ServerEvent::SourceTimedOut { id } => c.pending.retain(|(p, _)| *p != id),
+                            ServerEvent::Rejected { .. } => {}
                         }
                     }
                     if !c.pending.is_empty() {
@@ -107,7 +112,7 @@ proptest! {
                     }
                 }
                 Op::Write(i, ack) => if let Some(c) = conns.get_mut(i % n_conns) {
-                    if c.machine.poll_transmit().is_some() {
+                    if c.machine.poll_transmit(now).is_some() {
                         c.unacked += 1;
                     }
                     if ack && c.unacked > 0 {
@@ -120,12 +125,12 @@ proptest! {
                     for c in &mut conns {
                         c.machine.handle_timeout(now);
                         if let Some(t) = c.machine.poll_timeout() {
-                            prop_assert!(t > now, "stale deadline");
+                            prop_assert!(t.at > now, "stale deadline");
                         }
                     }
                 }
                 Op::Close(i) => if !conns.is_empty() {
-                    let c = conns.remove(i % conns.len());
+                    let mut c = conns.remove(i % conns.len());
                     c.machine.close(now, &mut adm);
                 }
             }
@@ -134,7 +139,7 @@ proptest! {
             prop_assert!(adm.inflight_bytes() <= limits.max_inflight_bytes);
             prop_assert!(adm.tracked_sources() <= limits.max_tracked_sources);
         }
-        for c in conns {
+        for mut c in conns {
             c.machine.close(now, &mut adm);
         }
         prop_assert_eq!((adm.sessions(), adm.requests(), adm.inflight_bytes()), (0, 0, 0));

@@ -9,7 +9,7 @@ use peerblock_core::client::{
 use peerblock_core::pair::Pair;
 use peerblock_core::roster::{Membership, Roster, RosterDecodeError, RosterMember, NO_EPOCH};
 use peerblock_core::server::{
-    Accept, Admission, AdmissionConfig, ServerConfig, ServerConnection, ServerEvent,
+    Admission, AdmissionConfig, ServerConfig, ServerConnection, ServerEvent,
 };
 use peerblock_core::time::Instant;
 
@@ -101,15 +101,12 @@ fn anonymous_caller_teaches_nothing() {
 fn caller_with_only_one_of_the_two_headers_is_anonymous() {
     let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
     let config = Arc::new(ServerConfig::new("s", HOST));
-    let Accept::Admitted(mut conn) = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config)
-    else {
-        panic!()
-    };
+    let mut conn = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config).unwrap();
     conn.handle_input(
         Instant::ZERO,
-        &mut adm,
         b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\nX-DART-Node: half\r\n\r\n",
     );
+    conn.handle_admission(Instant::ZERO, &mut adm);
     assert!(matches!(
         conn.poll_event(),
         Some(ServerEvent::Roster { caller: None, .. })
@@ -121,15 +118,12 @@ fn caller_with_only_one_of_the_two_headers_is_anonymous() {
 fn server_repairs_a_roster_that_omits_itself() {
     let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
     let config = Arc::new(ServerConfig::new("s", HOST));
-    let Accept::Admitted(mut conn) = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config)
-    else {
-        panic!()
-    };
+    let mut conn = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config).unwrap();
     conn.handle_input(
         Instant::ZERO,
-        &mut adm,
         b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\n",
     );
+    conn.handle_admission(Instant::ZERO, &mut adm);
     let Some(ServerEvent::Roster { id, .. }) = conn.poll_event() else {
         panic!()
     };
@@ -142,7 +136,7 @@ fn server_repairs_a_roster_that_omits_itself() {
         }],
     };
     conn.handle_roster(Instant::ZERO, id, &without_me).unwrap();
-    let t = conn.poll_transmit().unwrap();
+    let t = conn.poll_transmit(Instant::ZERO).unwrap();
     let served = Roster::from_json(&t.body).unwrap();
     assert!(served.contains("s"));
     assert!(served.contains("other"));
@@ -219,17 +213,20 @@ fn malformed_roster_body_is_a_clear_protocol_error() {
 fn non_get_roster_request_is_405() {
     let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
     let config = Arc::new(ServerConfig::new("s", HOST));
-    let Accept::Admitted(mut conn) = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config)
-    else {
-        panic!()
-    };
+    let mut conn = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config).unwrap();
     conn.handle_input(
         Instant::ZERO,
-        &mut adm,
         b"PUT /peer/v1/roster HTTP/1.1\r\nHost: s\r\nContent-Length: 0\r\n\r\n",
     );
-    assert!(conn.poll_event().is_none(), "no roster source consulted");
-    let t = conn.poll_transmit().unwrap();
+    conn.handle_admission(Instant::ZERO, &mut adm);
+    assert!(
+        matches!(
+            conn.poll_event(),
+            Some(ServerEvent::Rejected { status: 405, .. })
+        ),
+        "no roster source consulted"
+    );
+    let t = conn.poll_transmit(Instant::ZERO).unwrap();
     assert!(t.head.starts_with(b"HTTP/1.1 405 "));
     conn.handle_transmitted(Instant::ZERO, &mut adm);
     conn.close(Instant::ZERO, &mut adm);

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use peerblock_core::refusal::{self, Refusal, RefusalReason};
 use peerblock_core::server::{
-    Accept, Admission, AdmissionConfig, RateLimit, RelayConfig, RequestId, ServerConfig,
-    ServerConnection, ServerEvent, SourceRequest, SourceResult, Transmit, DEFAULT_IDLE_TIMEOUT,
+    Admission, AdmissionConfig, RateLimit, RelayConfig, RequestId, ServerConfig, ServerConnection,
+    ServerEvent, SourceRequest, SourceResult, DEFAULT_IDLE_TIMEOUT,
 };
 use peerblock_core::time::{Duration, Instant};
+use peerblock_core::transmit::{Close, Transmit};
 use peerblock_core::wire::{BlockPath, ChunkKey, Hop};
 
 const T0: Instant = Instant::ZERO;
@@ -48,10 +49,40 @@ fn accept(
     source: u32,
     config: Arc<ServerConfig>,
 ) -> ServerConnection<u32> {
-    match ServerConnection::accept(T0, adm, source, config) {
-        Accept::Admitted(c) => c,
-        Accept::Refused { refusal, .. } => panic!("refused: {refusal:?}"),
+    let c = ServerConnection::accept(T0, adm, source, config).expect("valid config");
+    assert_eq!(c.refused(), None, "refused");
+    c
+}
+
+/// Feeds `data` as a driver does: the bytes, then admission if requests wait for it.
+fn input(conn: &mut ServerConnection<u32>, adm: &mut Admission<u32>, data: &[u8]) -> usize {
+    input_at(conn, adm, T0, data)
+}
+
+fn input_at(
+    conn: &mut ServerConnection<u32>,
+    adm: &mut Admission<u32>,
+    now: Instant,
+    data: &[u8],
+) -> usize {
+    let taken = conn.handle_input(now, data);
+    if conn.needs_admission() {
+        conn.handle_admission(now, adm);
     }
+    taken
+}
+
+/// The events that ask the application something (fetch, relay, roster).
+fn asks(events: &[ServerEvent]) -> Vec<&ServerEvent> {
+    events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                ServerEvent::Fetch { .. } | ServerEvent::Relay { .. } | ServerEvent::Roster { .. }
+            )
+        })
+        .collect()
 }
 
 fn events(conn: &mut ServerConnection<u32>) -> Vec<ServerEvent> {
@@ -71,7 +102,7 @@ fn fetch_ids(events: &[ServerEvent]) -> Vec<(RequestId, SourceRequest)> {
 /// Drains transmits, acknowledging each as written.
 fn transmits(conn: &mut ServerConnection<u32>, adm: &mut Admission<u32>) -> Vec<Transmit> {
     let mut out = Vec::new();
-    while let Some(t) = conn.poll_transmit() {
+    while let Some(t) = conn.poll_transmit(T0) {
         out.push(t);
         conn.handle_transmitted(T0, adm);
     }
@@ -90,7 +121,7 @@ fn serve_one(
 ) -> (Vec<ServerEvent>, Vec<Transmit>, Admission<u32>) {
     let mut adm = admission(AdmissionConfig::default());
     let mut conn = accept(&mut adm, 1, config);
-    assert_eq!(conn.handle_input(T0, &mut adm, request), request.len());
+    assert_eq!(input(&mut conn, &mut adm, request), request.len());
     let evs = events(&mut conn);
     for (id, _) in fetch_ids(&evs) {
         conn.handle_source(T0, &mut adm, id, result.clone())
@@ -137,7 +168,7 @@ fn miss_is_a_clean_404() {
     let h = head(&ts[0]);
     assert!(h.starts_with("HTTP/1.1 404 "), "{h}");
     assert!(h.contains("X-DART-Node: node-a"));
-    assert!(!ts[0].close);
+    assert_eq!(ts[0].close, Close::KeepOpen);
 }
 
 #[test]
@@ -165,7 +196,7 @@ fn malformed_path_is_400_without_invoking_the_source() {
         b"GET /peer/v1/block/zz/1 HTTP/1.1\r\nHost: s\r\n\r\n",
         SourceResult::Miss,
     );
-    assert!(evs.is_empty(), "source invoked: {evs:?}");
+    assert!(asks(&evs).is_empty(), "source invoked: {evs:?}");
     assert!(head(&ts[0]).starts_with("HTTP/1.1 400 "));
 }
 
@@ -177,7 +208,7 @@ fn invalid_hop_is_400_and_the_source_is_never_invoked() {
             &get(path(1), &format!("X-DART-Hop: {hop}\r\n")),
             SourceResult::Miss,
         );
-        assert!(evs.is_empty(), "hop {hop:?} invoked the source");
+        assert!(asks(&evs).is_empty(), "hop {hop:?} invoked the source");
         assert!(head(&ts[0]).starts_with("HTTP/1.1 400 "), "hop {hop:?}");
         assert_released(&adm);
     }
@@ -186,7 +217,7 @@ fn invalid_hop_is_400_and_the_source_is_never_invoked() {
         &get(path(1), "X-DART-Hop: 1\r\nX-DART-Hop: 2\r\n"),
         SourceResult::Miss,
     );
-    assert!(evs.is_empty(), "duplicate hop invoked the source");
+    assert!(asks(&evs).is_empty(), "duplicate hop invoked the source");
 }
 
 #[test]
@@ -213,7 +244,7 @@ fn non_get_is_405_and_unknown_path_is_404() {
         .as_bytes(),
         SourceResult::Miss,
     );
-    assert!(evs.is_empty());
+    assert!(asks(&evs).is_empty());
     let h = head(&ts[0]);
     assert!(h.starts_with("HTTP/1.1 405 "), "{h}");
     assert!(h.contains("Allow: GET"));
@@ -222,7 +253,7 @@ fn non_get_is_405_and_unknown_path_is_404() {
         b"GET /metrics HTTP/1.1\r\nHost: s\r\n\r\n",
         SourceResult::Miss,
     );
-    assert!(evs.is_empty());
+    assert!(asks(&evs).is_empty());
     assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
 }
 
@@ -234,7 +265,7 @@ fn oversized_request_head_is_431_and_closes() {
     req.truncate(req.len()); // complete head, over the 8 KiB bound
     let mut offered = &req[..];
     while !offered.is_empty() {
-        let n = conn.handle_input(T0, &mut adm, offered);
+        let n = input(&mut conn, &mut adm, offered);
         if n == 0 {
             break;
         }
@@ -246,7 +277,9 @@ fn oversized_request_head_is_431_and_closes() {
         "{}",
         head(&ts[0])
     );
-    assert!(ts[0].close);
+    assert_eq!(ts[0].close, Close::Linger, "431 ends the connection");
+    assert!(!conn.is_finished(), "lingers until the peer closes");
+    conn.handle_eof(T0);
     assert!(conn.is_finished());
     conn.close(T0, &mut adm);
     assert_released(&adm);
@@ -256,10 +289,10 @@ fn oversized_request_head_is_431_and_closes() {
 fn source_result_is_obtained_before_any_success_byte() {
     let mut adm = admission(AdmissionConfig::default());
     let mut conn = accept(&mut adm, 1, config());
-    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    input(&mut conn, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut conn));
     assert!(
-        conn.poll_transmit().is_none(),
+        conn.poll_transmit(T0).is_none(),
         "nothing may be sent before the source answers"
     );
     conn.handle_source(
@@ -269,14 +302,14 @@ fn source_result_is_obtained_before_any_success_byte() {
         SourceResult::Found(Bytes::from_static(b"x")),
     )
     .unwrap();
-    assert!(conn.poll_transmit().is_some());
+    assert!(conn.poll_transmit(T0).is_some());
 }
 
 #[test]
 fn answering_an_unknown_request_is_a_usage_error() {
     let mut adm = admission(AdmissionConfig::default());
     let mut conn = accept(&mut adm, 1, config());
-    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    input(&mut conn, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut conn));
     conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
         .unwrap();
@@ -295,7 +328,7 @@ fn pipelined_requests_are_answered_in_request_order() {
     let mut conn = accept(&mut adm, 1, config());
     let mut both = get(path(1), "");
     both.extend(get(path(2), ""));
-    conn.handle_input(T0, &mut adm, &both);
+    input(&mut conn, &mut adm, &both);
     let ids = fetch_ids(&events(&mut conn));
     assert_eq!(ids.len(), 2);
     // The second answers first; it must wait for the first.
@@ -306,7 +339,7 @@ fn pipelined_requests_are_answered_in_request_order() {
         SourceResult::Found(Bytes::from_static(b"second")),
     )
     .unwrap();
-    assert!(conn.poll_transmit().is_none());
+    assert!(conn.poll_transmit(T0).is_none());
     conn.handle_source(
         T0,
         &mut adm,
@@ -328,13 +361,13 @@ fn pipelining_depth_is_bounded_per_session_by_back_pressure_not_refusal() {
     let mut three = get(path(1), "");
     three.extend(get(path(2), ""));
     three.extend(get(path(3), ""));
-    conn.handle_input(T0, &mut adm, &three);
+    input(&mut conn, &mut adm, &three);
     let first = fetch_ids(&events(&mut conn));
     assert_eq!(first.len(), 2, "the third waits in the buffer");
     assert_eq!(adm.requests(), 2);
     conn.handle_source(T0, &mut adm, first[0].0, SourceResult::Miss)
         .unwrap();
-    let _ = conn.poll_transmit().unwrap();
+    let _ = conn.poll_transmit(T0).unwrap();
     conn.handle_transmitted(T0, &mut adm);
     let third = fetch_ids(&events(&mut conn));
     assert_eq!(third.len(), 1);
@@ -358,13 +391,24 @@ fn small_limits() -> AdmissionConfig {
     }
 }
 
+/// A connection refused at accept, driven to its 503: the refusal and the response.
 fn refused(adm: &mut Admission<u32>, source: u32) -> (Refusal, String) {
-    match ServerConnection::accept(T0, adm, source, config()) {
-        Accept::Refused { refusal, response } => {
-            (refusal, String::from_utf8(response.to_vec()).unwrap())
-        }
-        Accept::Admitted(_) => panic!("admitted"),
-    }
+    let mut conn = ServerConnection::accept(T0, adm, source, config()).unwrap();
+    let refusal = conn.refused().expect("refused");
+    assert!(
+        conn.poll_transmit(T0).is_none(),
+        "a refusal answers a request; it never speaks first"
+    );
+    input(&mut conn, adm, &get(path(1), ""));
+    let t = conn.poll_transmit(T0).expect("the 503");
+    assert_eq!(t.status, Some(503));
+    assert_eq!(t.refusal, Some(refusal.reason));
+    assert_eq!(t.close, Close::Linger);
+    conn.close(T0, adm);
+    (
+        refusal,
+        String::from_utf8([&t.head[..], &t.body[..]].concat()).unwrap(),
+    )
 }
 
 #[test]
@@ -389,7 +433,7 @@ fn a_connection_over_the_session_limit_is_refused_at_once_and_consumes_nothing()
     assert!(response.contains("X-DART-Node: node-a\r\n"), "{response}");
     assert_eq!(adm.sessions(), 3, "the refusal took no slot");
     assert_eq!(adm.source_sessions(&4), 0);
-    for c in conns {
+    for mut c in conns {
         c.close(T0, &mut adm);
     }
     assert_released(&adm);
@@ -405,7 +449,7 @@ fn per_source_session_quota_refuses_that_source_only() {
     assert_eq!(refusal.reason, RefusalReason::SourceSessions);
     assert!(response.contains("X-Peerblock-Refused: source-sessions"));
     let c = accept(&mut adm, 8, config());
-    for conn in [a, b, c] {
+    for mut conn in [a, b, c] {
         conn.close(T0, &mut adm);
     }
     assert_released(&adm);
@@ -420,17 +464,17 @@ fn request_slots_exhausted_answer_a_refusal_and_close() {
     for conn in [&mut a, &mut b] {
         let mut two = get(path(1), "");
         two.extend(get(path(2), ""));
-        conn.handle_input(T0, &mut adm, &two);
+        input(conn, &mut adm, &two);
         assert_eq!(fetch_ids(&events(conn)).len(), 2);
     }
     let mut two = get(path(1), "");
     two.extend(get(path(2), ""));
-    c.handle_input(T0, &mut adm, &two);
+    input(&mut c, &mut adm, &two);
     let c_ids = fetch_ids(&events(&mut c));
     assert_eq!(c_ids.len(), 1, "fifth slot taken, sixth refused");
     assert_eq!(adm.requests(), 5);
     // The refusal waits its turn behind the admitted request on that connection.
-    assert!(c.poll_transmit().is_none());
+    assert!(c.poll_transmit(T0).is_none());
     c.handle_source(T0, &mut adm, c_ids[0].0, SourceResult::Miss)
         .unwrap();
     let ts = transmits(&mut c, &mut adm);
@@ -438,9 +482,10 @@ fn request_slots_exhausted_answer_a_refusal_and_close() {
     let h = head(&ts[1]);
     assert!(h.starts_with("HTTP/1.1 503 "), "{h}");
     assert!(h.contains("X-Peerblock-Refused: requests\r\n"), "{h}");
-    assert!(ts[1].close);
+    assert_eq!(ts[1].close, Close::Linger);
+    c.handle_eof(T0);
     assert!(c.is_finished());
-    for conn in [a, b, c] {
+    for mut conn in [a, b, c] {
         conn.close(T0, &mut adm);
     }
     assert_released(&adm);
@@ -455,12 +500,12 @@ fn rate_bucket_refuses_with_the_buckets_own_wait() {
     });
     let mut adm = admission(limits);
     let mut conn = accept(&mut adm, 1, config());
-    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    input(&mut conn, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut conn));
     conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
         .unwrap();
     let _ = transmits(&mut conn, &mut adm);
-    conn.handle_input(T0, &mut adm, &get(path(2), ""));
+    input(&mut conn, &mut adm, &get(path(2), ""));
     assert!(
         fetch_ids(&events(&mut conn)).is_empty(),
         "rate-limited: the source is not asked"
@@ -473,7 +518,8 @@ fn rate_bucket_refuses_with_the_buckets_own_wait() {
         h.contains("Retry-After: 1\r\n"),
         "500 ms rounds up to 1 s: {h}"
     );
-    assert!(ts[0].close);
+    assert_eq!(ts[0].close, Close::Linger);
+    conn.handle_eof(T0);
     assert!(conn.is_finished());
     conn.close(T0, &mut adm);
     assert_released(&adm);
@@ -484,7 +530,7 @@ fn byte_budgets_refuse_a_block_that_would_exceed_them() {
     let mut adm = admission(small_limits()); // 60 per source, 100 global
     let mut a = accept(&mut adm, 1, config());
     let mut b = accept(&mut adm, 2, config());
-    a.handle_input(T0, &mut adm, &get(path(1), ""));
+    input(&mut a, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut a));
     a.handle_source(
         T0,
@@ -501,7 +547,7 @@ fn byte_budgets_refuse_a_block_that_would_exceed_them() {
     );
     assert!(ts[0].body.is_empty(), "the block is not sent");
     // Global: 60 held (unacknowledged) by source 2, then 50 more from source 3.
-    b.handle_input(T0, &mut adm, &get(path(1), ""));
+    input(&mut b, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut b));
     b.handle_source(
         T0,
@@ -510,7 +556,7 @@ fn byte_budgets_refuse_a_block_that_would_exceed_them() {
         SourceResult::Found(Bytes::from(vec![0u8; 60])),
     )
     .unwrap();
-    let held = b.poll_transmit().unwrap();
+    let held = b.poll_transmit(T0).unwrap();
     assert_eq!(held.body.len(), 60);
     assert_eq!(
         adm.inflight_bytes(),
@@ -518,7 +564,7 @@ fn byte_budgets_refuse_a_block_that_would_exceed_them() {
         "held until the write is acknowledged"
     );
     let mut c = accept(&mut adm, 3, config());
-    c.handle_input(T0, &mut adm, &get(path(1), ""));
+    input(&mut c, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut c));
     c.handle_source(
         T0,
@@ -531,7 +577,7 @@ fn byte_budgets_refuse_a_block_that_would_exceed_them() {
     assert!(head(&ts[0]).contains("X-Peerblock-Refused: inflight-bytes"));
     b.handle_transmitted(T0, &mut adm);
     assert_eq!(adm.inflight_bytes(), 0);
-    for conn in [a, b, c] {
+    for mut conn in [a, b, c] {
         conn.close(T0, &mut adm);
     }
     assert_released(&adm);
@@ -566,7 +612,7 @@ fn refusal_encoding_is_explicit_and_small() {
 fn abort_with_a_pending_source_fetch_releases_everything() {
     let mut adm = admission(small_limits());
     let mut conn = accept(&mut adm, 1, config());
-    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    input(&mut conn, &mut adm, &get(path(1), ""));
     assert_eq!(adm.requests(), 1);
     conn.close(T0, &mut adm); // peer reset mid-request
     assert_released(&adm);
@@ -576,7 +622,7 @@ fn abort_with_a_pending_source_fetch_releases_everything() {
 fn abort_with_an_unacknowledged_response_releases_its_bytes() {
     let mut adm = admission(small_limits());
     let mut conn = accept(&mut adm, 1, config());
-    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    input(&mut conn, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut conn));
     conn.handle_source(
         T0,
@@ -585,7 +631,7 @@ fn abort_with_an_unacknowledged_response_releases_its_bytes() {
         SourceResult::Found(Bytes::from(vec![1u8; 40])),
     )
     .unwrap();
-    let _in_flight = conn.poll_transmit().unwrap();
+    let _in_flight = conn.poll_transmit(T0).unwrap();
     assert_eq!(adm.inflight_bytes(), 40);
     conn.close(T0, &mut adm); // write failed half-way
     assert_released(&adm);
@@ -595,7 +641,7 @@ fn abort_with_an_unacknowledged_response_releases_its_bytes() {
 fn abort_with_a_ready_but_unsent_response_releases_its_bytes() {
     let mut adm = admission(small_limits());
     let mut conn = accept(&mut adm, 1, config());
-    conn.handle_input(T0, &mut adm, &get(path(1), ""));
+    input(&mut conn, &mut adm, &get(path(1), ""));
     let ids = fetch_ids(&events(&mut conn));
     conn.handle_source(
         T0,
@@ -617,7 +663,7 @@ fn error_and_refusal_paths_release_everything() {
         &b"garbage\r\n\r\n"[..],
     ] {
         let mut conn = accept(&mut adm, 1, config());
-        conn.handle_input(T0, &mut adm, request);
+        input(&mut conn, &mut adm, request);
         let _ = transmits(&mut conn, &mut adm);
         conn.close(T0, &mut adm);
         assert_released(&adm);
@@ -628,10 +674,21 @@ fn error_and_refusal_paths_release_everything() {
 fn idle_connection_closes_at_its_deadline_and_releases_its_session() {
     let mut adm = admission(small_limits());
     let mut conn = accept(&mut adm, 1, config());
-    assert_eq!(conn.poll_timeout(), Some(T0 + DEFAULT_IDLE_TIMEOUT));
+    assert_eq!(
+        conn.poll_timeout().map(|d| d.at),
+        Some(T0 + DEFAULT_IDLE_TIMEOUT)
+    );
     // A dribbled partial head does not extend the deadline.
-    conn.handle_input(Instant::from_secs(100), &mut adm, b"GET /peer/v1/bl");
-    assert_eq!(conn.poll_timeout(), Some(T0 + DEFAULT_IDLE_TIMEOUT));
+    input_at(
+        &mut conn,
+        &mut adm,
+        Instant::from_secs(100),
+        b"GET /peer/v1/bl",
+    );
+    assert_eq!(
+        conn.poll_timeout().map(|d| d.at),
+        Some(T0 + DEFAULT_IDLE_TIMEOUT)
+    );
     conn.handle_timeout(Instant::from_secs(119));
     assert!(!conn.is_finished(), "spurious wake-up changes nothing");
     conn.handle_timeout(T0 + DEFAULT_IDLE_TIMEOUT);
@@ -648,7 +705,7 @@ fn connection_close_request_is_answered_then_the_connection_finishes() {
         &get(path(1), "Connection: close\r\n"),
         SourceResult::Miss,
     );
-    assert!(ts[0].close);
+    assert_eq!(ts[0].close, Close::AfterWrite);
     assert!(head(&ts[0]).contains("Connection: close"));
     assert_released(&adm);
 }
@@ -666,7 +723,7 @@ fn with_origin(p: BlockPath, hop: u32) -> Vec<u8> {
 fn miss_with_origin_below_the_hop_bound_relays_with_hop_plus_one() {
     let mut adm = admission(AdmissionConfig::default());
     let mut conn = accept(&mut adm, 1, relay_config(true));
-    conn.handle_input(T0, &mut adm, &with_origin(path(1), 2));
+    input(&mut conn, &mut adm, &with_origin(path(1), 2));
     let ids = fetch_ids(&events(&mut conn));
     assert_eq!(ids[0].1.hop, Hop(2));
     assert_eq!(ids[0].1.origin.as_deref(), Some(&b"https://origin/x"[..]));
@@ -696,7 +753,7 @@ fn miss_at_or_past_the_hop_bound_declines_with_404() {
     for hop in [3, 4, u32::MAX] {
         let mut adm = admission(AdmissionConfig::default());
         let mut conn = accept(&mut adm, 1, relay_config(true));
-        conn.handle_input(T0, &mut adm, &with_origin(path(1), hop));
+        input(&mut conn, &mut adm, &with_origin(path(1), hop));
         let ids = fetch_ids(&events(&mut conn));
         conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
             .unwrap();
@@ -709,7 +766,7 @@ fn miss_at_or_past_the_hop_bound_declines_with_404() {
 fn relay_miss_is_final() {
     let mut adm = admission(AdmissionConfig::default());
     let mut conn = accept(&mut adm, 1, relay_config(true));
-    conn.handle_input(T0, &mut adm, &with_origin(path(1), 0));
+    input(&mut conn, &mut adm, &with_origin(path(1), 0));
     let ids = fetch_ids(&events(&mut conn));
     conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
         .unwrap();
@@ -727,7 +784,10 @@ fn block_index_above_the_maximum_is_declined_before_any_access() {
         index: 1001,
     };
     let (evs, ts, adm) = serve_one(relay_config(true), &with_origin(big, 0), SourceResult::Miss);
-    assert!(evs.is_empty(), "no cache or upstream access: {evs:?}");
+    assert!(
+        asks(&evs).is_empty(),
+        "no cache or upstream access: {evs:?}"
+    );
     assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
     assert_released(&adm);
 }
@@ -739,7 +799,10 @@ fn chunk_key_disagreeing_with_origin_identity_is_declined_before_any_access() {
         &with_origin(path(1), 0),
         SourceResult::Miss,
     );
-    assert!(evs.is_empty(), "no cache or upstream access: {evs:?}");
+    assert!(
+        asks(&evs).is_empty(),
+        "no cache or upstream access: {evs:?}"
+    );
     assert!(head(&ts[0]).starts_with("HTTP/1.1 404 "));
 }
 
@@ -752,9 +815,656 @@ fn cache_only_requests_and_transport_only_nodes_never_relay() {
     // Origin on a transport-only node: no screening, no relay.
     let mut adm = admission(AdmissionConfig::default());
     let mut conn = accept(&mut adm, 1, config());
-    conn.handle_input(T0, &mut adm, &with_origin(path(1), 0));
+    input(&mut conn, &mut adm, &with_origin(path(1), 0));
     let ids = fetch_ids(&events(&mut conn));
     conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
         .unwrap();
     assert!(events(&mut conn).is_empty());
+}
+
+// ---- EOF never drops a complete buffered request (GET;GET;GET;FIN) ----
+
+fn three_gets() -> Vec<u8> {
+    let mut three = get(path(1), "");
+    three.extend(get(path(2), ""));
+    three.extend(get(path(3), ""));
+    three
+}
+
+/// Answers every fetch `Miss`, drains and acknowledges transmits, begins waiting requests,
+/// until nothing moves; returns the statuses written in order.
+fn drain_all(conn: &mut ServerConnection<u32>, adm: &mut Admission<u32>) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    loop {
+        if conn.needs_admission() {
+            conn.handle_admission(T0, adm);
+        }
+        let ids = fetch_ids(&events(conn));
+        for (id, _) in &ids {
+            conn.handle_source(T0, adm, *id, SourceResult::Miss)
+                .unwrap();
+        }
+        let ts = transmits(conn, adm);
+        if ids.is_empty() && ts.is_empty() && !conn.needs_admission() {
+            return statuses;
+        }
+        statuses.extend(ts.iter().map(|t| t.status.unwrap()));
+    }
+}
+
+/// Reads `data` through `read_buf`/`handle_read`, in windows as the machine offers them.
+fn read_via_buf(conn: &mut ServerConnection<u32>, data: &[u8]) -> usize {
+    let mut off = 0;
+    while off < data.len() {
+        let Some(window) = conn.read_buf() else {
+            break;
+        };
+        assert!(!window.is_empty(), "a window is never empty");
+        let n = window.len().min(data.len() - off);
+        window[..n].copy_from_slice(&data[off..off + n]);
+        let taken = conn.handle_read(T0, n);
+        assert_eq!(taken, n);
+        off += taken;
+    }
+    off
+}
+
+#[test]
+fn eof_keeps_every_complete_buffered_request_through_handle_input() {
+    let mut adm = admission(AdmissionConfig::default()); // depth 2: the third stays buffered
+    let mut conn = accept(&mut adm, 1, config());
+    let data = three_gets();
+    assert_eq!(conn.handle_input(T0, &data), data.len());
+    conn.handle_eof(T0); // all bytes, then EOF, before any drain
+    assert_eq!(drain_all(&mut conn, &mut adm), [404, 404, 404]);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn eof_keeps_every_complete_buffered_request_through_read_buf() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let data = three_gets();
+    assert_eq!(read_via_buf(&mut conn, &data), data.len());
+    conn.handle_eof(T0);
+    assert_eq!(drain_all(&mut conn, &mut adm), [404, 404, 404]);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn eof_keeps_every_complete_buffered_request_when_reads_and_drains_interleave() {
+    let data = three_gets();
+    let one = get(path(1), "").len();
+    for split in [1, one - 1, one, one + 3, 2 * one, data.len() - 1] {
+        let mut adm = admission(AdmissionConfig::default());
+        let mut conn = accept(&mut adm, 1, config());
+        let (a, b) = data.split_at(split);
+        assert_eq!(input(&mut conn, &mut adm, a), a.len());
+        let mut statuses = drain_all(&mut conn, &mut adm);
+        assert_eq!(read_via_buf(&mut conn, b), b.len(), "split {split}");
+        conn.handle_eof(T0);
+        statuses.extend(drain_all(&mut conn, &mut adm));
+        assert_eq!(statuses, [404, 404, 404], "split {split}");
+        assert!(conn.is_finished(), "split {split}");
+        conn.close(T0, &mut adm);
+        assert_released(&adm);
+    }
+}
+
+#[test]
+fn eof_with_an_incomplete_request_finishes_once_the_complete_ones_are_answered() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let mut data = get(path(1), "");
+    data.extend_from_slice(b"GET /peer/v1/bl");
+    input(&mut conn, &mut adm, &data);
+    conn.handle_eof(T0);
+    assert!(
+        !conn.is_finished(),
+        "the complete request is still answered"
+    );
+    assert_eq!(drain_all(&mut conn, &mut adm), [404]);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- bytes in ----
+
+#[test]
+fn read_buf_is_none_when_the_pipeline_is_full_never_an_empty_window() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    // Two requests fill the depth; padding fills the receive buffer behind them.
+    let mut data = three_gets();
+    while data.len() < 64 * 1024 {
+        data.extend(get(path(4), ""));
+    }
+    let taken = read_via_buf(&mut conn, &data);
+    assert!(taken < data.len(), "back-pressure: the buffer filled");
+    assert!(conn.read_buf().is_none(), "take nothing now");
+    assert_eq!(conn.handle_read(T0, 10), 0, "no window lent, nothing taken");
+    assert_eq!(conn.handle_input(T0, &data[taken..]), 0, "both paths agree");
+    conn.close(T0, &mut adm);
+}
+
+#[test]
+fn byte_reads_never_touch_the_admission() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    conn.handle_input(T0, &get(path(1), ""));
+    assert_eq!(adm.requests(), 0, "a byte read begins nothing");
+    assert!(conn.needs_admission());
+    assert!(
+        events(&mut conn).is_empty(),
+        "nothing asked before admission"
+    );
+    conn.handle_admission(T0, &mut adm);
+    assert!(!conn.needs_admission());
+    assert_eq!(adm.requests(), 1, "the request began at admission");
+    assert_eq!(fetch_ids(&events(&mut conn)).len(), 1);
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- peer errors as events ----
+
+#[test]
+fn every_rejected_request_is_reported_with_its_typed_error_before_its_response() {
+    use peerblock_core::http::{Rejection, RequestError};
+    use peerblock_core::server::RequestRejection;
+    let cases: [(&[u8], u16); 5] = [
+        (b"GET /peer/v1/block/zz/1 HTTP/1.1\r\nHost: s\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nHost: s\r\n\r\n", 404),
+        (b"BREW /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\n", 405),
+        (b"GET / HTTP/1.1\r\nHost: s\r\nBad Name: x\r\n\r\n", 400),
+        (b"GET / HTTP/2.0\r\nHost: s\r\n\r\n", 505),
+    ];
+    for (request, status) in cases {
+        let mut adm = admission(AdmissionConfig::default());
+        let mut conn = accept(&mut adm, 1, config());
+        input(&mut conn, &mut adm, request);
+        let evs = events(&mut conn);
+        let [ServerEvent::Rejected {
+            status: s, error, ..
+        }] = evs.as_slice()
+        else {
+            panic!("{status}: expected one Rejected event, got {evs:?}");
+        };
+        assert_eq!(*s, status);
+        assert_eq!(error.status().code(), status);
+        let ts = transmits(&mut conn, &mut adm);
+        assert_eq!(ts[0].status, Some(status));
+        conn.close(T0, &mut adm);
+    }
+    // The typed errors themselves.
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    input(
+        &mut conn,
+        &mut adm,
+        b"GET /metrics HTTP/1.1\r\nHost: s\r\n\r\n",
+    );
+    assert!(matches!(
+        events(&mut conn)[..],
+        [ServerEvent::Rejected {
+            error: RequestRejection::Route(Rejection::UnknownPath),
+            ..
+        }]
+    ));
+    conn.close(T0, &mut adm);
+    let mut conn = accept(&mut adm, 1, config());
+    let big = get(path(1), &format!("X-Pad: {}\r\n", "a".repeat(9000)));
+    let mut off = 0;
+    while off < big.len() {
+        let n = input(&mut conn, &mut adm, &big[off..]);
+        if n == 0 {
+            break;
+        }
+        off += n;
+    }
+    assert!(matches!(
+        events(&mut conn)[..],
+        [ServerEvent::Rejected {
+            status: 431,
+            error: RequestRejection::Malformed(RequestError::HeadTooLarge { .. }),
+            ..
+        }]
+    ));
+    conn.close(T0, &mut adm);
+}
+
+#[test]
+fn a_declined_relay_is_reported_as_a_rejected_request() {
+    use peerblock_core::server::{Decline, RequestRejection};
+    let (evs, ts, _) = serve_one(
+        relay_config(false),
+        &with_origin(path(1), 0),
+        SourceResult::Miss,
+    );
+    assert!(matches!(
+        evs[..],
+        [ServerEvent::Rejected {
+            status: 404,
+            error: RequestRejection::Relay(Decline::IdentityMismatch),
+            ..
+        }]
+    ));
+    assert_eq!(ts[0].status, Some(404));
+}
+
+// ---- closing: linger after errors ----
+
+fn malformed_then_linger(adm: &mut Admission<u32>) -> ServerConnection<u32> {
+    let mut conn = accept(adm, 1, config());
+    input(&mut conn, adm, b"garbage\r\n\r\n");
+    assert!(matches!(
+        events(&mut conn)[..],
+        [ServerEvent::Rejected { .. }]
+    ));
+    let ts = transmits(&mut conn, adm);
+    assert_eq!(ts[0].status, Some(400));
+    assert_eq!(ts[0].close, Close::Linger);
+    assert!(!conn.is_finished());
+    conn
+}
+
+#[test]
+fn after_an_error_response_input_is_discarded_until_eof() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = malformed_then_linger(&mut adm);
+    let more = three_gets();
+    assert_eq!(conn.handle_input(T0, &more), more.len(), "discarded");
+    assert_eq!(read_via_buf(&mut conn, &more), more.len(), "both paths");
+    assert!(!conn.needs_admission() && events(&mut conn).is_empty());
+    assert!(conn.poll_transmit(T0).is_none());
+    conn.handle_eof(T0);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn lingering_ends_at_the_linger_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_LINGER};
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = malformed_then_linger(&mut adm);
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!((d.at, d.timer), (T0 + DEFAULT_LINGER, ServerTimer::Linger));
+    conn.handle_timeout(T0 + DEFAULT_LINGER - Duration::from_millis(1));
+    assert!(!conn.is_finished(), "spurious wake-up");
+    conn.handle_timeout(T0 + DEFAULT_LINGER);
+    assert!(conn.is_finished());
+    assert_eq!(conn.poll_timeout(), None);
+    conn.close(T0 + DEFAULT_LINGER, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn a_successful_response_to_a_close_request_closes_after_write_without_lingering() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), "Connection: close\r\n"));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from_static(b"x")),
+    )
+    .unwrap();
+    let ts = transmits(&mut conn, &mut adm);
+    assert_eq!((ts[0].status, ts[0].close), (Some(200), Close::AfterWrite));
+    assert!(conn.is_finished(), "no linger after a success");
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- refusal answers the first request ----
+
+/// The admission with its one session slot held, and a connection refused at accept.
+fn refused_conn() -> (Admission<u32>, ServerConnection<u32>) {
+    let mut adm = admission(AdmissionConfig {
+        max_sessions: 1,
+        max_sessions_per_source: 1,
+        ..AdmissionConfig::default()
+    });
+    let mut held = accept(&mut adm, 1, config());
+    let conn = ServerConnection::accept(T0, &mut adm, 2, config()).unwrap();
+    assert!(conn.refused().is_some());
+    assert_eq!(adm.sessions(), 1, "the refused connection holds no session");
+    held.close(T0, &mut adm);
+    (adm, conn)
+}
+
+#[test]
+fn a_refused_connection_answers_the_first_request_head_and_never_speaks_first() {
+    let (mut adm, mut conn) = refused_conn();
+    assert!(
+        conn.poll_transmit(T0).is_none(),
+        "nothing before the request"
+    );
+    let req = get(path(1), "");
+    let (a, b) = req.split_at(req.len() - 2); // the head's blank line split across reads
+    assert_eq!(conn.handle_input(T0, a), a.len());
+    assert!(
+        conn.poll_transmit(T0).is_none(),
+        "the head is not complete yet"
+    );
+    assert_eq!(read_via_buf(&mut conn, b), b.len());
+    assert!(
+        !conn.needs_admission(),
+        "a refused connection begins nothing"
+    );
+    let t = conn.poll_transmit(T0).expect("503 after the head");
+    let text = String::from_utf8([&t.head[..], &t.body[..]].concat()).unwrap();
+    assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
+    assert!(text.contains("Connection: close\r\n"), "{text}");
+    assert_eq!(t.status, Some(503));
+    assert_eq!(t.refusal, Some(RefusalReason::Sessions));
+    assert_eq!(t.close, Close::Linger);
+    conn.handle_transmitted(T0, &mut adm);
+    assert!(!conn.is_finished(), "lingers");
+    conn.handle_eof(T0);
+    assert!(conn.is_finished());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn a_refused_connection_that_sends_nothing_ends_without_a_byte_at_its_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_REFUSAL_HEAD_TIMEOUT};
+    let (mut adm, mut conn) = refused_conn();
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!(
+        (d.at, d.timer),
+        (T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT, ServerTimer::RefusalHead)
+    );
+    conn.handle_timeout(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT);
+    assert!(conn.is_finished());
+    assert!(
+        conn.poll_transmit(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT)
+            .is_none(),
+        "no bytes"
+    );
+    conn.close(T0, &mut adm);
+}
+
+#[test]
+fn a_refused_connection_closed_by_the_peer_before_any_byte_writes_nothing() {
+    let (mut adm, mut conn) = refused_conn();
+    conn.handle_eof(T0);
+    assert!(conn.is_finished());
+    assert!(conn.poll_transmit(T0).is_none());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn a_refused_connection_answers_a_partial_head_at_its_deadline() {
+    use peerblock_core::server::DEFAULT_REFUSAL_HEAD_TIMEOUT;
+    let (mut adm, mut conn) = refused_conn();
+    conn.handle_input(T0, b"GET /peer/v1/bl");
+    conn.handle_timeout(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT);
+    let t = conn
+        .poll_transmit(T0 + DEFAULT_REFUSAL_HEAD_TIMEOUT)
+        .expect("answered");
+    assert_eq!(t.status, Some(503));
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn a_refused_connection_reads_at_most_the_head_bound_before_answering() {
+    use peerblock_core::server::MAX_REFUSAL_HEAD_BYTES;
+    let (mut adm, mut conn) = refused_conn();
+    let endless = vec![b'a'; MAX_REFUSAL_HEAD_BYTES - 1];
+    conn.handle_input(T0, &endless);
+    assert!(conn.poll_transmit(T0).is_none(), "within the bound");
+    conn.handle_input(T0, b"a");
+    let t = conn.poll_transmit(T0).expect("answered at the bound");
+    assert_eq!(t.status, Some(503));
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- liveness timers ----
+
+#[test]
+fn an_unanswered_source_is_answered_500_at_its_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_SOURCE_TIMEOUT};
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!(
+        (d.at, d.timer),
+        (T0 + DEFAULT_SOURCE_TIMEOUT, ServerTimer::Source)
+    );
+    let late = T0 + DEFAULT_SOURCE_TIMEOUT;
+    conn.handle_timeout(late);
+    assert_eq!(
+        events(&mut conn),
+        [ServerEvent::SourceTimedOut { id: ids[0].0 }]
+    );
+    let t = conn.poll_transmit(late).unwrap();
+    assert_eq!((t.status, t.close), (Some(500), Close::KeepOpen));
+    conn.handle_transmitted(late, &mut adm);
+    assert!(
+        conn.handle_source(late, &mut adm, ids[0].0, SourceResult::Miss)
+            .is_err(),
+        "a late answer names no waiting request"
+    );
+    assert!(!conn.is_finished(), "the connection stays usable");
+    conn.close(late, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn an_unacknowledged_transmit_ends_the_connection_at_its_send_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_SEND_TIMEOUT};
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![0u8; 40])),
+    )
+    .unwrap();
+    let _stuck = conn.poll_transmit(T0).unwrap();
+    assert_eq!(adm.inflight_bytes(), 40);
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!(
+        (d.at, d.timer),
+        (T0 + DEFAULT_SEND_TIMEOUT, ServerTimer::SendProgress)
+    );
+    conn.handle_timeout(T0 + DEFAULT_SEND_TIMEOUT);
+    assert!(
+        conn.is_finished(),
+        "a reader that stopped reading is cut off"
+    );
+    conn.close(T0 + DEFAULT_SEND_TIMEOUT, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn each_acknowledgement_restarts_the_send_deadline() {
+    use peerblock_core::server::{ServerTimer, DEFAULT_SEND_TIMEOUT};
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let mut two = get(path(1), "");
+    two.extend(get(path(2), ""));
+    input(&mut conn, &mut adm, &two);
+    for (id, _) in fetch_ids(&events(&mut conn)) {
+        conn.handle_source(T0, &mut adm, id, SourceResult::Miss)
+            .unwrap();
+    }
+    let _a = conn.poll_transmit(T0).unwrap();
+    let _b = conn.poll_transmit(T0).unwrap();
+    let t1 = T0 + DEFAULT_SEND_TIMEOUT - Duration::from_secs(1);
+    conn.handle_transmitted(t1, &mut adm);
+    let d = conn.poll_timeout().unwrap();
+    assert_eq!(
+        (d.at, d.timer),
+        (t1 + DEFAULT_SEND_TIMEOUT, ServerTimer::SendProgress)
+    );
+    conn.handle_timeout(T0 + DEFAULT_SEND_TIMEOUT);
+    assert!(!conn.is_finished(), "progress was made");
+    conn.close(t1, &mut adm);
+    assert_released(&adm);
+}
+
+// ---- construction and end of life ----
+
+#[test]
+fn accept_rejects_an_invalid_config_and_reserves_nothing() {
+    use peerblock_core::server::ServerConfigError;
+    let mut adm = admission(AdmissionConfig::default());
+    let mut bad = ServerConfig::new("node-a", "10.0.0.1:7070");
+    bad.send_timeout = Duration::ZERO;
+    let err = ServerConnection::accept(T0, &mut adm, 1, Arc::new(bad)).unwrap_err();
+    assert_eq!(
+        err,
+        ServerConfigError::ZeroTimeout {
+            field: "send_timeout"
+        }
+    );
+    assert_released(&adm);
+}
+
+#[test]
+fn close_is_idempotent_and_releases_each_ticket_exactly_once() {
+    let mut adm = admission(small_limits());
+    let mut other = accept(&mut adm, 2, config());
+    input(&mut other, &mut adm, &get(path(1), ""));
+    let mut conn = accept(&mut adm, 1, config());
+    let mut two = get(path(1), "");
+    two.extend(get(path(2), ""));
+    input(&mut conn, &mut adm, &two);
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![0u8; 10])),
+    )
+    .unwrap();
+    let _in_flight = conn.poll_transmit(T0).unwrap();
+    assert_eq!((adm.sessions(), adm.requests()), (2, 3));
+    conn.close(T0, &mut adm);
+    assert_eq!(
+        (adm.sessions(), adm.requests(), adm.inflight_bytes()),
+        (1, 1, 0)
+    );
+    conn.close(T0, &mut adm);
+    assert_eq!(
+        (adm.sessions(), adm.requests()),
+        (1, 1),
+        "released once only"
+    );
+    assert!(conn.is_finished());
+    assert!(conn.poll_transmit(T0).is_none());
+    other.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn read_buf_and_handle_input_take_the_same_bytes_in_every_state() {
+    type Setup = fn(&mut Admission<u32>) -> ServerConnection<u32>;
+    let states: [(&str, Setup); 6] = [
+        ("serving", |adm| accept(adm, 1, config())),
+        ("close request decoded, not yet begun", |adm| {
+            let mut c = accept(adm, 1, config());
+            c.handle_input(T0, &get(path(1), "Connection: close\r\n"));
+            c
+        }),
+        ("pipeline full", |adm| {
+            let mut c = accept(adm, 1, config());
+            let mut data = three_gets();
+            while data.len() < 64 * 1024 {
+                data.extend(get(path(4), ""));
+            }
+            let mut off = 0;
+            while off < data.len() {
+                let n = c.handle_input(T0, &data[off..]);
+                if n == 0 {
+                    break;
+                }
+                off += n;
+            }
+            c
+        }),
+        ("lingering", |adm| malformed_then_linger(adm)),
+        ("refusing", |adm| {
+            // Sessions full: the first connection is never closed (the test's admission
+            // is thrown away).
+            let _holds_the_only_session = accept(adm, 1, config());
+            let mut c = ServerConnection::accept(T0, adm, 2, config()).unwrap();
+            assert!(c.refused().is_some());
+            c.handle_input(T0, b"x");
+            c
+        }),
+        ("finished", |adm| {
+            let mut c = accept(adm, 1, config());
+            c.handle_timeout(T0 + DEFAULT_IDLE_TIMEOUT);
+            assert!(c.is_finished());
+            c
+        }),
+    ];
+    let data = get(path(9), "");
+    let one_session = || {
+        admission(AdmissionConfig {
+            max_sessions: 1,
+            max_sessions_per_source: 1,
+            ..AdmissionConfig::default()
+        })
+    };
+    for (name, setup) in states {
+        let mut adm = one_session();
+        let mut a = setup(&mut adm);
+        let by_slice = a.handle_input(T0, &data);
+        a.close(T0, &mut adm);
+        let mut adm = one_session();
+        let mut b = setup(&mut adm);
+        let by_window = match b.read_buf() {
+            None => 0,
+            Some(window) => {
+                let n = window.len().min(data.len());
+                window[..n].copy_from_slice(&data[..n]);
+                b.handle_read(T0, n)
+            }
+        };
+        b.close(T0, &mut adm);
+        assert_eq!(by_slice, by_window, "{name}");
+    }
+}
+
+#[test]
+fn a_refused_connection_answers_exactly_when_the_head_ends_however_it_is_split() {
+    let crlf = get(path(1), "");
+    let bare_lf = b"GET / HTTP/1.1\nHost: s\n\n".to_vec();
+    for head in [crlf, bare_lf] {
+        for split in 1..head.len() {
+            let (mut adm, mut conn) = refused_conn();
+            let (a, b) = head.split_at(split);
+            conn.handle_input(T0, a);
+            assert!(conn.poll_transmit(T0).is_none(), "early at {split}");
+            // The last byte alone completes the head.
+            let (b, last) = b.split_at(b.len() - 1);
+            conn.handle_input(T0, b);
+            assert!(conn.poll_transmit(T0).is_none(), "early at {split}");
+            conn.handle_input(T0, last);
+            let t = conn.poll_transmit(T0).expect("answered at the blank line");
+            assert_eq!(t.status, Some(503));
+            conn.close(T0, &mut adm);
+        }
+    }
 }

@@ -10,10 +10,11 @@ use peerblock_core::client::{BlockRequest, Ending, ExchangeRequest};
 use peerblock_core::http::{BodyLimit, ResponseDecoder, ResponseEvent, ResponseHead};
 use peerblock_core::pair::Pair;
 use peerblock_core::server::{
-    Accept, Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
-    SourceResult, Transmit,
+    Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
+    SourceResult,
 };
 use peerblock_core::time::Instant;
+use peerblock_core::transmit::Transmit;
 use peerblock_core::wire::{header, BlockPath, ChunkKey};
 
 const T0: Instant = Instant::ZERO;
@@ -34,15 +35,15 @@ fn config() -> Arc<ServerConfig> {
 }
 
 fn accept(adm: &mut Admission<u32>, source: u32) -> ServerConnection<u32> {
-    match ServerConnection::accept(T0, adm, source, config()) {
-        Accept::Admitted(c) => c,
-        Accept::Refused { refusal, .. } => panic!("refused: {refusal:?}"),
-    }
+    let c = ServerConnection::accept(T0, adm, source, config()).unwrap();
+    assert_eq!(c.refused(), None, "refused");
+    c
 }
 
 /// Sends one GET for `p` and returns its fetch id.
 fn request(conn: &mut ServerConnection<u32>, adm: &mut Admission<u32>, p: BlockPath) -> RequestId {
-    conn.handle_input(T0, adm, &get(p));
+    conn.handle_input(T0, &get(p));
+    conn.handle_admission(T0, adm);
     let mut id = None;
     while let Some(e) = conn.poll_event() {
         if let ServerEvent::Fetch { id: i, .. } = e {
@@ -84,7 +85,7 @@ fn block_and_miss_responses_advertise_requests_in_progress() {
         SourceResult::Found(Bytes::from_static(b"block")),
     )
     .unwrap();
-    let ok = conn.poll_transmit().unwrap();
+    let ok = conn.poll_transmit(T0).unwrap();
     assert!(ok.head.starts_with(b"HTTP/1.1 200 "));
     let text = String::from_utf8(ok.head.to_vec()).unwrap();
     assert!(text.contains("X-Peerblock-Load: 3\r\n"), "{text}");
@@ -94,7 +95,7 @@ fn block_and_miss_responses_advertise_requests_in_progress() {
     let miss = request(&mut conn, &mut adm, path(4));
     conn.handle_source(T0, &mut adm, miss, SourceResult::Miss)
         .unwrap();
-    let nf = conn.poll_transmit().unwrap();
+    let nf = conn.poll_transmit(T0).unwrap();
     assert!(nf.head.starts_with(b"HTTP/1.1 404 "));
     assert_eq!(load_of(&nf), Some(3));
 }
@@ -116,23 +117,28 @@ fn refusals_advertise_the_load() {
     let _ = request(&mut a, &mut adm, path(4));
     let mut b = accept(&mut adm, 2);
     let first = request(&mut b, &mut adm, path(2));
-    match ServerConnection::accept(T0, &mut adm, 3, config()) {
-        Accept::Refused { response, .. } => {
-            let h = decode(&response);
-            assert!(h.is_refusal());
-            assert_eq!(h.load(), Some(3));
-        }
-        Accept::Admitted(_) => panic!("admitted over the session limit"),
-    }
+    let mut refused = ServerConnection::accept(T0, &mut adm, 3, config()).unwrap();
+    assert!(
+        refused.refused().is_some(),
+        "admitted over the session limit"
+    );
+    refused.handle_input(T0, &get(path(5)));
+    let response = refused
+        .poll_transmit(T0)
+        .expect("the 503 answers the request");
+    let h = decode(&response.head);
+    assert!(h.is_refusal());
+    assert_eq!(h.load(), Some(3), "the load when it was refused, at accept");
     // Request slots full: b's second request is refused, behind its first in order.
-    b.handle_input(T0, &mut adm, &get(path(3)));
+    b.handle_input(T0, &get(path(3)));
+    b.handle_admission(T0, &mut adm);
     while b.poll_event().is_some() {}
     b.handle_source(T0, &mut adm, first, SourceResult::Miss)
         .unwrap();
-    let nf = b.poll_transmit().unwrap();
+    let nf = b.poll_transmit(T0).unwrap();
     assert!(nf.head.starts_with(b"HTTP/1.1 404 "));
     b.handle_transmitted(T0, &mut adm);
-    let refusal = b.poll_transmit().unwrap();
+    let refusal = b.poll_transmit(T0).unwrap();
     let h = decode(&refusal.head);
     assert!(h.is_refusal(), "{:?}", refusal.head);
     assert_eq!(

@@ -2,9 +2,10 @@
 
 use core::mem::MaybeUninit;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::error::RequestError;
+use super::recv::RecvBuf;
 use super::{
     connection_options, has_bare_lf, parse_content_length, Span, Version, MAX_REQUEST_HEADERS,
     MAX_REQUEST_HEAD_BYTES, REQUEST_BUFFER_BYTES,
@@ -261,7 +262,7 @@ enum State {
 /// alone would.
 #[derive(Debug)]
 pub struct RequestDecoder {
-    buf: BytesMut,
+    buf: RecvBuf,
     state: State,
 }
 
@@ -275,7 +276,7 @@ impl RequestDecoder {
     /// A decoder with its receive buffer allocated ([`REQUEST_BUFFER_BYTES`]).
     pub fn new() -> Self {
         RequestDecoder {
-            buf: BytesMut::with_capacity(REQUEST_BUFFER_BYTES),
+            buf: RecvBuf::with_capacity(REQUEST_BUFFER_BYTES),
             state: State::Open,
         }
     }
@@ -288,7 +289,7 @@ impl RequestDecoder {
             return data.len();
         }
         let take = data.len().min(self.room());
-        self.buf.extend_from_slice(&data[..take]);
+        self.buf.extend(&data[..take]);
         take
     }
 
@@ -307,6 +308,28 @@ impl RequestDecoder {
         self.state != State::Open
     }
 
+    /// A window to read received bytes into directly instead of copying them in with
+    /// [`feed`](Self::feed): at most [`room`](Self::room) bytes, initialised (zeroed the
+    /// first time, reused afterwards). Write received bytes at its start, then call
+    /// [`advance`](Self::advance) with their count. Empty when no byte can be taken now:
+    /// [`decode`](Self::decode) first.
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        let want = self.room();
+        self.buf.read_buf(want)
+    }
+
+    /// `n` bytes were written at the start of the last [`read_buf`](Self::read_buf)
+    /// window: they count as fed (at most that window's length is taken). Returns how many
+    /// were taken. Once closed or failed they are discarded (reported as taken), as
+    /// [`feed`](Self::feed) discards.
+    pub fn advance(&mut self, n: usize) -> usize {
+        if self.state != State::Open {
+            self.buf.discard_lent();
+            return n;
+        }
+        self.buf.commit(n)
+    }
+
     /// Decodes the next complete request, if one is buffered.
     // Inlined (like `decode_slice` and `Request::route`) so the decoded request is built
     // where the caller keeps it, mostly in registers: returned through memory, its small
@@ -319,7 +342,7 @@ impl RequestDecoder {
             State::Open | State::Closed => return Ok(None),
             State::Failed(e) => return Err(e),
         }
-        let outcome = parse(window(&self.buf));
+        let outcome = parse(window(self.buf.data()));
         Ok(self.settle(outcome)?.map(|(head_len, decoded)| Request {
             head: self.buf.split_to(head_len).freeze(),
             decoded,
@@ -951,6 +974,32 @@ mod tests {
                     "at {at}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn reading_into_read_buf_decodes_what_feed_decodes() {
+        let input = b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\nGET /x HTTP/1.1\r\nHost: s\r\nConnection: close\r\n\r\nGET /after HTTP/1.1\r\n\r\n";
+        let (fed, _) = decode_all(input);
+        for step in [1, 7, 64, input.len()] {
+            let mut d = RequestDecoder::new();
+            let mut got = Vec::new();
+            for chunk in input.chunks(step) {
+                let window = d.read_buf();
+                assert!(window.len() <= REQUEST_BUFFER_BYTES);
+                window[..chunk.len()].copy_from_slice(chunk);
+                assert_eq!(
+                    d.advance(chunk.len()),
+                    chunk.len(),
+                    "closed: discarded as taken"
+                );
+                while let Ok(Some(r)) = d.decode() {
+                    got.push(r);
+                }
+            }
+            let paths = |v: &[Request]| v.iter().map(|r| r.target().to_vec()).collect::<Vec<_>>();
+            assert_eq!(paths(&got), paths(&fed), "step {step}");
+            assert_eq!(got.len(), 2, "nothing after the close request");
         }
     }
 

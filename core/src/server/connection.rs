@@ -8,11 +8,15 @@ use core::fmt;
 use core::net::IpAddr;
 
 use super::admission::{Admission, RequestTicket, SessionTicket};
-use super::relay::{self, OriginIdentity, RelayConfig, TrustOrigin};
-use crate::http::{OutgoingResponse, Request, RequestDecoder, ResponseKind, Route};
+use super::relay::{self, Decline, OriginIdentity, RelayConfig, TrustOrigin};
+use crate::http::{
+    OutgoingResponse, Rejection, Request, RequestDecoder, RequestError, ResponseKind, Route,
+    MAX_REQUEST_HEAD_BYTES,
+};
 use crate::refusal::{self, Refusal};
 use crate::roster::{check_identity, Roster, MAX_ADDR_LEN, MAX_ID_LEN};
-use crate::time::{Duration, Instant};
+use crate::time::{Deadline, Duration, Instant};
+use crate::transmit::{Close, Transmit};
 use crate::wire::{BlockPath, Hop, Status};
 
 /// Default [`ServerConfig::idle_timeout`]: 120 s.
@@ -25,7 +29,59 @@ use crate::wire::{BlockPath, Hop, Status};
 /// a connection before the server does.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Configuration shared by a server's connections.
+/// Default [`ServerConfig::source_timeout`]: 10 s.
+///
+/// How long the application may take to answer a [`ServerEvent::Fetch`],
+/// [`ServerEvent::Relay`] or [`ServerEvent::Roster`] before the request is answered `500`
+/// (and [`ServerEvent::SourceTimedOut`] tells the application to drop its work). 10 s is
+/// the reference client's response-header timeout: a requester has given up waiting for
+/// the head by then, so holding the request slot and the pipeline any longer only serves
+/// nobody. Answering (rather than closing) keeps the connection's other requests alive.
+pub const DEFAULT_SOURCE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default [`ServerConfig::send_timeout`]: 30 s.
+///
+/// How long a handed-out [`Transmit`] may stay unacknowledged (measured from when it was
+/// handed out, or from the previous acknowledgement, whichever is later) before the
+/// connection ends and releases everything it holds. 30 s is the reference client's whole
+/// request timeout: no reader waits longer for a block, so a response still unwritten
+/// after it is held for a reader that is gone, or one too slow to matter, and its request
+/// slot and byte budget belong to someone else.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default [`ServerConfig::linger`]: 2 s.
+///
+/// After an error response or a refusal that ends the connection, the driver half-closes
+/// and keeps reading (the machine discards the input) until the peer closes or this long
+/// has passed since the response was written. Closing at once while the peer is still
+/// sending makes the kernel answer with a reset that can destroy the response before the
+/// peer reads it (RFC 9112 §9.6). 2 s covers a peer's in-flight bytes and its read of the
+/// response on any sane round trip, and keeps lingering sockets few under the very
+/// overload that produces refusals.
+pub const DEFAULT_LINGER: Duration = Duration::from_secs(2);
+
+/// Default [`ServerConfig::refusal_head_timeout`]: 2 s.
+///
+/// A connection refused at accept waits this long for the peer's first request head, then
+/// answers it with the 503 (HTTP/1.1 answers requests; a response written before the
+/// request is lost on Go's client, which logs "Unsolicited response"). A client that
+/// dialled to send a request sends it within a round trip of connecting, so 2 s is ample
+/// and bounds what a silent dialler costs a full node. If nothing at all arrived by then
+/// the connection ends without a byte; if part of a head arrived it is answered anyway.
+pub const DEFAULT_REFUSAL_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Most bytes a connection refused at accept reads while waiting for the end of the
+/// peer's first request head: [`MAX_REQUEST_HEAD_BYTES`], the bound a served request head
+/// has. A peer that sends more without ending a head is answered the 503 at once.
+pub const MAX_REFUSAL_HEAD_BYTES: usize = MAX_REQUEST_HEAD_BYTES;
+
+/// Size of the window [`ServerConnection::read_buf`] offers while input is only read to be
+/// discarded (lingering, refusing): one small buffer per such connection, allocated when
+/// first needed. A head up to [`MAX_REFUSAL_HEAD_BYTES`] takes two reads.
+const DISCARD_WINDOW_BYTES: usize = 4 * 1024;
+
+/// Configuration shared by a server's connections. Checked by
+/// [`ServerConnection::accept`] (see [`ServerConfig::validate`]).
 #[derive(Clone)]
 pub struct ServerConfig {
     /// This node's id, echoed as `X-DART-Node` on every response.
@@ -39,10 +95,19 @@ pub struct ServerConfig {
     pub identity: Arc<dyn OriginIdentity + Send + Sync>,
     /// See [`DEFAULT_IDLE_TIMEOUT`].
     pub idle_timeout: Duration,
+    /// See [`DEFAULT_SOURCE_TIMEOUT`].
+    pub source_timeout: Duration,
+    /// See [`DEFAULT_SEND_TIMEOUT`].
+    pub send_timeout: Duration,
+    /// See [`DEFAULT_LINGER`].
+    pub linger: Duration,
+    /// See [`DEFAULT_REFUSAL_HEAD_TIMEOUT`].
+    pub refusal_head_timeout: Duration,
 }
 
 impl ServerConfig {
-    /// A transport-only configuration for node `node_id` advertised at `addr`.
+    /// A transport-only configuration for node `node_id` advertised at `addr`, with the
+    /// default timeouts.
     pub fn new(node_id: impl Into<String>, addr: impl Into<String>) -> Self {
         ServerConfig {
             node_id: node_id.into(),
@@ -50,13 +115,15 @@ impl ServerConfig {
             relay: None,
             identity: Arc::new(TrustOrigin),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            source_timeout: DEFAULT_SOURCE_TIMEOUT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+            linger: DEFAULT_LINGER,
+            refusal_head_timeout: DEFAULT_REFUSAL_HEAD_TIMEOUT,
         }
     }
-}
 
-impl ServerConfig {
-    /// Checks the configuration; drivers call this once at startup. (A connection never
-    /// fails on a bad configuration: an unsendable node id is left out of the headers.)
+    /// Checks the configuration. [`ServerConnection::accept`] calls it for every
+    /// connection; drivers may call it once at startup to fail early.
     pub fn validate(&self) -> Result<(), ServerConfigError> {
         let fields = [
             ("node_id", &self.node_id, MAX_ID_LEN),
@@ -74,8 +141,17 @@ impl ServerConfig {
             };
             return Err(ServerConfigError::Identity { field, problem });
         }
-        if self.idle_timeout.is_zero() {
-            return Err(ServerConfigError::ZeroIdleTimeout);
+        let timeouts = [
+            ("idle_timeout", self.idle_timeout),
+            ("source_timeout", self.source_timeout),
+            ("send_timeout", self.send_timeout),
+            ("linger", self.linger),
+            ("refusal_head_timeout", self.refusal_head_timeout),
+        ];
+        for (field, value) in timeouts {
+            if value.is_zero() {
+                return Err(ServerConfigError::ZeroTimeout { field });
+            }
         }
         Ok(())
     }
@@ -88,6 +164,10 @@ impl fmt::Debug for ServerConfig {
             .field("advertised_addr", &self.advertised_addr)
             .field("relay", &self.relay)
             .field("idle_timeout", &self.idle_timeout)
+            .field("source_timeout", &self.source_timeout)
+            .field("send_timeout", &self.send_timeout)
+            .field("linger", &self.linger)
+            .field("refusal_head_timeout", &self.refusal_head_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -117,9 +197,38 @@ pub struct RosterCaller {
     pub addr: String,
 }
 
-/// What the machine asks the application to do. Answer each with the matching
-/// `handle_*` call; answers may come in any order, responses still go out in request
-/// order.
+/// Why a peer's request was answered with an error status: the peer's fault, reported in
+/// [`ServerEvent::Rejected`] so a driver can log it, count it and charge the peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestRejection {
+    /// The request's framing or head was malformed (`400`, `431`, `505`); the connection
+    /// ends after the response.
+    #[error("malformed request: {0}")]
+    Malformed(RequestError),
+    /// A well-framed request that is not served (`404` unknown path, `405`, `400` bad path
+    /// or hop); the connection stays usable.
+    #[error("request not served: {0}")]
+    Route(Rejection),
+    /// A relay request declined before any cache or upstream access (`404`).
+    #[error("relay declined: {0}")]
+    Relay(Decline),
+}
+
+impl RequestRejection {
+    /// The status the request is answered with.
+    pub fn status(&self) -> Status {
+        match self {
+            RequestRejection::Malformed(e) => e.status(),
+            RequestRejection::Route(r) => r.status(),
+            RequestRejection::Relay(_) => Status::NotFound,
+        }
+    }
+}
+
+/// What the machine tells the application. Answer `Fetch`, `Relay` and `Roster` with the
+/// matching `handle_*` call; answers may come in any order, responses still go out in
+/// request order. Drain events before transmits: an event about a request always comes
+/// before that request's response is handed out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServerEvent {
     /// Look the block up locally; answer with [`ServerConnection::handle_source`].
@@ -147,6 +256,23 @@ pub enum ServerEvent {
         /// Who asked, if they said.
         caller: Option<RosterCaller>,
     },
+    /// The peer's request was bad and is answered with `status` (the peer's fault: log
+    /// it, count it, charge the peer). Nothing to answer.
+    Rejected {
+        /// The request (its error response is the one with this position in the order).
+        id: RequestId,
+        /// The status of the error response.
+        status: u16,
+        /// What was wrong.
+        error: RequestRejection,
+    },
+    /// The application did not answer request `id` within
+    /// [`ServerConfig::source_timeout`]: it was answered `500`. Drop the lookup or relay
+    /// fetch; a late answer returns [`ServerUsageError::UnknownRequest`].
+    SourceTimedOut {
+        /// The request.
+        id: RequestId,
+    },
 }
 
 /// The application's answer to a [`ServerEvent::Fetch`] or [`ServerEvent::Relay`].
@@ -166,21 +292,31 @@ pub enum SourceResult {
     },
 }
 
-/// Bytes to write, in order: the head, then the body (often empty for errors).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Transmit {
-    /// The response head.
-    pub head: Bytes,
-    /// The response body: the application's block bytes themselves for a 200.
-    pub body: Bytes,
-    /// Close the connection after writing this response.
-    pub close: bool,
+/// The machine's timers: which deadline [`ServerConnection::poll_timeout`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServerTimer {
+    /// Nothing in progress for [`ServerConfig::idle_timeout`]: the connection ends.
+    Idle,
+    /// A `Fetch`/`Relay`/`Roster` unanswered for [`ServerConfig::source_timeout`]: it is
+    /// answered `500`.
+    Source,
+    /// A handed-out [`Transmit`] unacknowledged for [`ServerConfig::send_timeout`]: the
+    /// connection ends.
+    SendProgress,
+    /// Lingering after an error response or refusal for [`ServerConfig::linger`]: the
+    /// connection ends.
+    Linger,
+    /// A connection refused at accept still waiting for a request head after
+    /// [`ServerConfig::refusal_head_timeout`]: answered if part of a head arrived, else
+    /// ended without a byte.
+    RefusalHead,
 }
 
 /// Local misuse of the machine's API (never a peer's fault).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ServerUsageError {
-    /// The id names no request waiting for this kind of answer.
+    /// The id names no request waiting for this kind of answer (answered already, timed
+    /// out, or the connection was closed).
     #[error("no request {0:?} is waiting for this answer")]
     UnknownRequest(RequestId),
 }
@@ -197,22 +333,12 @@ pub enum ServerConfigError {
         /// What is wrong with it.
         problem: &'static str,
     },
-    /// An idle timeout of zero would close every connection at accept.
-    #[error("server `idle_timeout` is zero: every connection would close at once")]
-    ZeroIdleTimeout,
-}
-
-/// The outcome of [`ServerConnection::accept`].
-#[derive(Debug)]
-pub enum Accept<S = IpAddr> {
-    /// Admitted: drive the connection.
-    Admitted(ServerConnection<S>),
-    /// Refused: write `response` (the complete 503 refusal) and close. Nothing was reserved.
-    Refused {
-        /// Which limit, and the advertised wait.
-        refusal: Refusal,
-        /// The complete response bytes.
-        response: Bytes,
+    /// A timeout of zero would end every connection (or answer every request `500`) at
+    /// once.
+    #[error("server `{field}` is zero: it would fire at once")]
+    ZeroTimeout {
+        /// The offending field.
+        field: &'static str,
     },
 }
 
@@ -249,52 +375,166 @@ struct Slot<S> {
     ticket: Option<RequestTicket<S>>,
     kind: SlotKind,
     ready: Option<Transmit>,
+    /// The request asked to close the connection after its response.
     close_after: bool,
+    /// When the application was asked (the [`ServerTimer::Source`] clock); `None` once
+    /// answered or for a slot that asks nothing.
+    asked_at: Option<Instant>,
+}
+
+/// A decoded request waiting for admission, or the decoder's error in its place.
+#[derive(Debug)]
+enum Decoded {
+    Request(Request),
+    Malformed(RequestError),
+}
+
+/// A connection refused at accept, waiting for the end of the peer's first request head.
+#[derive(Debug)]
+struct RefusalHead {
+    refusal: Refusal,
+    load: Option<u32>,
+    /// Bytes read so far.
+    seen: usize,
+    /// Where the scan for the blank line ending the head is: 0 inside a line, 1 at the
+    /// start of a line, 2 after a CR at the start of a line.
+    state: u8,
+    deadline: Instant,
+}
+
+impl RefusalHead {
+    /// Scans `data`; true once the head's blank line has been seen or the byte bound hit.
+    /// Inside a line it jumps to the next LF instead of stepping through every byte.
+    fn scan(&mut self, data: &[u8]) -> bool {
+        let n = data.len().min(MAX_REFUSAL_HEAD_BYTES - self.seen);
+        let mut i = 0;
+        while i < n {
+            if self.state == 0 {
+                match data[i..n].iter().position(|&b| b == b'\n') {
+                    Some(p) => {
+                        i += p + 1;
+                        self.state = 1;
+                        continue;
+                    }
+                    None => {
+                        i = n;
+                        break;
+                    }
+                }
+            }
+            let b = data[i];
+            i += 1;
+            self.state = match (self.state, b) {
+                (_, b'\n') => {
+                    self.seen += i;
+                    return true;
+                }
+                (1, b'\r') => 2,
+                _ => 0,
+            };
+        }
+        self.seen += i;
+        self.seen >= MAX_REFUSAL_HEAD_BYTES
+    }
+}
+
+/// Which window the last [`ServerConnection::read_buf`] lent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lent {
+    Nothing,
+    Decoder,
+    Discard(usize),
+}
+
+/// A handed-out transmit not yet acknowledged: the ticket its acknowledgement releases and
+/// what happens to the connection afterwards.
+#[derive(Debug)]
+struct Unacked<S> {
+    ticket: Option<RequestTicket<S>>,
+    close: Close,
 }
 
 /// One accepted connection, sans-IO.
 ///
 /// # Driving contract
 ///
-/// - Create with [`accept`](Self::accept) when a connection arrives; a refusal is
-///   answered by writing its bytes and closing.
-/// - Feed received bytes with [`handle_input`](Self::handle_input) (it returns how many it
-///   took; offer the rest after the next transmit is acknowledged), the peer's half-close
-///   with [`handle_eof`](Self::handle_eof).
-/// - Drain [`poll_event`](Self::poll_event) and answer each event
+/// - Create with [`accept`](Self::accept) when a connection arrives. A connection refused
+///   by admission is still a machine ([`refused`](Self::refused) says why): it reads the
+///   peer's first request head and answers it with the 503, so drive it like any other.
+/// - Bytes in: read the socket into [`read_buf`](Self::read_buf) and report the count with
+///   [`handle_read`](Self::handle_read), or pass a slice to
+///   [`handle_input`](Self::handle_input); both return how many bytes were taken (offer
+///   the rest after the next acknowledgement). `read_buf` returning `None` means "take
+///   nothing now" (the connection's pipeline is full), never EOF. While the machine only
+///   discards input (lingering, refusing, finished) both paths take everything. The peer's
+///   half-close is [`handle_eof`](Self::handle_eof); requests already received are still
+///   answered.
+/// - Then, if [`needs_admission`](Self::needs_admission), lock the node's [`Admission`]
+///   and call [`handle_admission`](Self::handle_admission): that is where decoded requests
+///   begin (take their request slot). Plain byte reads never touch the admission.
+/// - Drain [`poll_event`](Self::poll_event) and answer each request event
 ///   ([`handle_source`](Self::handle_source), [`handle_roster`](Self::handle_roster)).
-/// - Drain [`poll_transmit`](Self::poll_transmit), write each [`Transmit`] in order, and
-///   acknowledge each fully written one with [`handle_transmitted`](Self::handle_transmitted):
-///   that is when its request slot and byte budget are released.
+/// - Drain [`poll_transmit`](Self::poll_transmit), write each [`Transmit`] in order (head
+///   then body), and acknowledge each fully written one with
+///   [`handle_transmitted`](Self::handle_transmitted): that is when its request slot and
+///   byte budget are released. Then act on its [`Close`]: `AfterWrite` closes the socket;
+///   `Linger` shuts down the write side and keeps reading (and feeding the machine) until
+///   EOF or [`is_finished`](Self::is_finished).
 /// - Wake at [`poll_timeout`](Self::poll_timeout) and call
-///   [`handle_timeout`](Self::handle_timeout) (idle connections close).
+///   [`handle_timeout`](Self::handle_timeout).
 /// - When [`is_finished`](Self::is_finished) (or on any socket error or shutdown), close
-///   the socket and call [`close`](Self::close), which releases every ticket exactly once.
+///   the socket and call [`close`](Self::close), which releases every ticket exactly once
+///   (it is idempotent).
 ///
-/// Every call that can admit or release takes the server's shared [`Admission`]; pass the
-/// same one the connection was accepted with. Time never goes backwards: an earlier `now`
-/// is treated as the latest seen.
+/// Calls that begin or end a session or request ([`accept`](Self::accept),
+/// [`handle_admission`](Self::handle_admission), [`handle_source`](Self::handle_source),
+/// [`handle_transmitted`](Self::handle_transmitted), [`close`](Self::close)) take the
+/// server's shared [`Admission`]; pass the same one the connection was accepted with.
+/// Time never goes backwards: an earlier `now` is treated as the latest seen.
 pub struct ServerConnection<S = IpAddr> {
     config: Arc<ServerConfig>,
-    session: SessionTicket<S>,
-    decoder: RequestDecoder,
+    source: S,
+    /// `None` for a connection refused at accept, and once closed.
+    session: Option<SessionTicket<S>>,
+    refused: Option<Refusal>,
+    /// The admission's `max_requests_per_session`: requests decoded ahead at most.
+    depth: usize,
+    /// `None` for a connection refused at accept (it never decodes a request).
+    decoder: Option<RequestDecoder>,
+    /// No more requests will be decoded: the last one asked to close, or was malformed.
+    decode_ended: bool,
+    decoded: VecDeque<Decoded>,
     queue: VecDeque<Slot<S>>,
-    unacked: VecDeque<Option<RequestTicket<S>>>,
+    unacked: VecDeque<Unacked<S>>,
     events: VecDeque<ServerEvent>,
     next_id: u64,
-    closing: bool,
+    /// No more requests begin: a response that ends the connection is queued.
+    stopped: bool,
+    eof: bool,
+    finished: bool,
+    closed: bool,
+    refusal_head: Option<RefusalHead>,
     idle_since: Option<Instant>,
+    /// The [`ServerTimer::SendProgress`] clock, while a transmit is unacknowledged.
+    send_since: Option<Instant>,
+    linger_until: Option<Instant>,
     latest: Instant,
     head_buf: BytesMut,
+    discard: Vec<u8>,
+    lent: Lent,
 }
 
 impl<S: fmt::Debug> fmt::Debug for ServerConnection<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerConnection")
-            .field("source", self.session.source())
+            .field("source", &self.source)
+            .field("refused", &self.refused)
+            .field("decoded", &self.decoded.len())
             .field("queued", &self.queue.len())
             .field("unacked", &self.unacked.len())
-            .field("closing", &self.closing)
+            .field("stopped", &self.stopped)
+            .field("eof", &self.eof)
+            .field("finished", &self.finished)
             .finish_non_exhaustive()
     }
 }
@@ -303,44 +543,81 @@ impl<S: fmt::Debug> fmt::Debug for ServerConnection<S> {
 /// bytes) before the buffer has to grow or reclaim.
 const HEAD_BUFFER_BYTES: usize = 1024;
 
+/// Head buffer of a connection refused at accept: its one 503 (under 300 bytes).
+const REFUSAL_BUFFER_BYTES: usize = 256;
+
 impl<S: Ord + Clone> ServerConnection<S> {
-    /// Admission at connect: admits the connection from `source`, or returns the refusal
-    /// response to write before closing. A refusal reserves nothing.
+    /// A connection from `source` arrived: admits it, or, when admission refuses, returns
+    /// a machine in the refusing state (holding no session ticket) that answers the peer's
+    /// first request head with the 503 ([`refused`](Self::refused) names the refusal).
+    ///
+    /// `Err` only for an invalid `config` (local misconfiguration); nothing is reserved.
     pub fn accept(
         now: Instant,
         admission: &mut Admission<S>,
         source: S,
         config: Arc<ServerConfig>,
-    ) -> Accept<S> {
-        match admission.open_session(now, source) {
-            Ok(session) => Accept::Admitted(ServerConnection {
-                config,
-                session,
-                decoder: RequestDecoder::new(),
-                queue: VecDeque::new(),
-                unacked: VecDeque::new(),
-                events: VecDeque::new(),
-                next_id: 0,
-                closing: false,
-                idle_since: Some(now),
-                latest: now,
-                head_buf: BytesMut::with_capacity(HEAD_BUFFER_BYTES),
-            }),
-            Err(refusal) => {
-                let mut out = BytesMut::with_capacity(256);
-                let load = advertised_load(admission);
-                refusal::encode(&refusal, Some(&config.node_id), load, &mut out);
-                Accept::Refused {
-                    refusal,
-                    response: out.freeze(),
-                }
-            }
-        }
+    ) -> Result<Self, ServerConfigError> {
+        config.validate()?;
+        let depth = admission.config().max_requests_per_session;
+        let (session, refused, decoder, head_buf) =
+            match admission.open_session(now, source.clone()) {
+                Ok(session) => (
+                    Some(session),
+                    None,
+                    Some(RequestDecoder::new()),
+                    BytesMut::with_capacity(HEAD_BUFFER_BYTES),
+                ),
+                Err(refusal) => (
+                    None,
+                    Some(refusal),
+                    None,
+                    BytesMut::with_capacity(REFUSAL_BUFFER_BYTES),
+                ),
+            };
+        let refusal_head = refused.map(|refusal| RefusalHead {
+            refusal,
+            load: advertised_load(admission),
+            seen: 0,
+            state: 0,
+            deadline: now + config.refusal_head_timeout,
+        });
+        Ok(ServerConnection {
+            config,
+            source,
+            session,
+            refused,
+            depth,
+            decoder,
+            decode_ended: refused.is_some(),
+            decoded: VecDeque::new(),
+            queue: VecDeque::new(),
+            unacked: VecDeque::new(),
+            events: VecDeque::new(),
+            next_id: 0,
+            stopped: refused.is_some(),
+            eof: false,
+            finished: false,
+            closed: false,
+            refusal_head,
+            idle_since: refused.is_none().then_some(now),
+            send_since: None,
+            linger_until: None,
+            latest: now,
+            head_buf,
+            discard: Vec::new(),
+            lent: Lent::Nothing,
+        })
     }
 
-    /// The source this connection was admitted for.
+    /// The source this connection came from.
     pub fn source(&self) -> &S {
-        self.session.source()
+        &self.source
+    }
+
+    /// The refusal, if admission refused this connection at accept.
+    pub fn refused(&self) -> Option<Refusal> {
+        self.refused
     }
 
     fn clamp(&mut self, now: Instant) -> Instant {
@@ -348,53 +625,208 @@ impl<S: Ord + Clone> ServerConnection<S> {
         self.latest
     }
 
-    /// Requests decoded and not yet acknowledged as written.
+    /// Requests decoded and not yet acknowledged as written (waiting for admission, for
+    /// their answer, or for their acknowledgement).
     pub fn in_progress(&self) -> usize {
-        self.queue.len() + self.unacked.len()
+        self.decoded.len() + self.queue.len() + self.unacked.len()
     }
 
-    /// Bytes received from the client. Returns how many were taken.
-    pub fn handle_input(
-        &mut self,
-        now: Instant,
-        admission: &mut Admission<S>,
-        data: &[u8],
-    ) -> usize {
+    /// Whether input is read only to be discarded: nothing more will be decoded (the last
+    /// request asked to close or was malformed, a response ending the connection is
+    /// queued, the connection lingers, refuses or is finished).
+    fn discarding(&self) -> bool {
+        self.finished || self.stopped || self.decode_ended || self.linger_until.is_some()
+    }
+
+    /// A window to read received bytes into; report how many were written with
+    /// [`handle_read`](Self::handle_read). `None` means "take nothing now" (the pipeline is
+    /// full: acknowledge a transmit first), never an empty slice. While the machine only
+    /// discards input (see [`handle_input`](Self::handle_input)) it lends a small scratch
+    /// window.
+    pub fn read_buf(&mut self) -> Option<&mut [u8]> {
+        if self.discarding() {
+            if self.discard.is_empty() {
+                self.discard.resize(DISCARD_WINDOW_BYTES, 0);
+            }
+            self.lent = Lent::Discard(self.discard.len());
+            return Some(&mut self.discard);
+        }
+        let decoder = self.decoder.as_mut()?;
+        if decoder.room() == 0 {
+            self.lent = Lent::Nothing;
+            return None;
+        }
+        self.lent = Lent::Decoder;
+        Some(decoder.read_buf())
+    }
+
+    /// `n` bytes were written at the start of the last [`read_buf`](Self::read_buf)
+    /// window. Returns how many were taken (at most that window's length; 0 if no window
+    /// was lent since the last input). Equivalent to [`handle_input`](Self::handle_input)
+    /// with those bytes.
+    pub fn handle_read(&mut self, now: Instant, n: usize) -> usize {
         let now = self.clamp(now);
-        if self.closing {
+        match core::mem::replace(&mut self.lent, Lent::Nothing) {
+            Lent::Nothing => 0,
+            Lent::Discard(len) => {
+                let n = n.min(len);
+                if self.refusal_head.is_some() {
+                    let scratch = core::mem::take(&mut self.discard);
+                    self.refusing_input(now, &scratch[..n]);
+                    self.discard = scratch;
+                }
+                n
+            }
+            Lent::Decoder => {
+                let Some(decoder) = self.decoder.as_mut() else {
+                    return 0;
+                };
+                let taken = decoder.advance(n);
+                self.pump_decode();
+                taken
+            }
+        }
+    }
+
+    /// Bytes received from the client. Returns how many were taken: all of them while
+    /// the machine only discards input (after a request that closes the connection or a
+    /// malformed one, while refusing or lingering, once finished), else what fits the
+    /// receive buffer (offer the rest after the next acknowledgement).
+    pub fn handle_input(&mut self, now: Instant, data: &[u8]) -> usize {
+        let now = self.clamp(now);
+        self.lent = Lent::Nothing;
+        if self.refusal_head.is_some() {
+            self.refusing_input(now, data);
             return data.len();
         }
-        let taken = self.decoder.feed(data);
-        self.advance(now, admission);
+        if self.discarding() {
+            return data.len();
+        }
+        let Some(decoder) = self.decoder.as_mut() else {
+            return data.len();
+        };
+        let taken = decoder.feed(data);
+        self.pump_decode();
         taken
     }
 
-    /// The client closed its sending side: no more requests; queued ones are still
-    /// answered.
-    pub fn handle_eof(&mut self, now: Instant) {
+    /// The refused peer's request head is complete (or its bound was hit): queue the 503.
+    fn refusal_input(&mut self, now: Instant) {
+        let Some(head) = self.refusal_head.take() else {
+            return;
+        };
         self.clamp(now);
-        self.closing = true;
+        let transmit = self.refusal_transmit(&head.refusal, head.load);
+        let id = self.new_id();
+        self.queue.push_back(Slot {
+            id,
+            ticket: None,
+            kind: SlotKind::Fixed,
+            ready: Some(transmit),
+            close_after: true,
+            asked_at: None,
+        });
     }
 
-    /// How many bytes [`handle_input`](Self::handle_input) would take now.
-    pub fn room(&self) -> usize {
-        if self.closing {
-            0
-        } else {
-            self.decoder.room()
+    fn refusing_input(&mut self, now: Instant, data: &[u8]) {
+        let done = self.refusal_head.as_mut().is_some_and(|h| h.scan(data));
+        if done {
+            self.refusal_input(now);
         }
     }
 
-    /// Decodes requests while the connection's depth allows.
-    fn advance(&mut self, now: Instant, admission: &mut Admission<S>) {
-        let depth = admission.config().max_requests_per_session;
-        while !self.closing && self.in_progress() < depth {
-            match self.decoder.decode() {
+    /// The client closed its sending side: no more bytes will come. Requests already
+    /// received (buffered or decoded) are still answered; the connection finishes once
+    /// they are written.
+    pub fn handle_eof(&mut self, now: Instant) {
+        let now = self.clamp(now);
+        self.eof = true;
+        if let Some(head) = &self.refusal_head {
+            if head.seen > 0 {
+                self.refusal_input(now);
+            } else {
+                self.refusal_head = None;
+                self.finished = true;
+            }
+            return;
+        }
+        if self.linger_until.is_some() {
+            self.finished = true;
+            return;
+        }
+        self.pump_decode();
+        self.check_eof_finished();
+    }
+
+    /// After EOF, the connection is finished once nothing is in progress (every complete
+    /// buffered request was decoded: decoding stops only at the pipeline depth).
+    fn check_eof_finished(&mut self) {
+        if self.eof && self.in_progress() == 0 && self.linger_until.is_none() {
+            self.finished = true;
+        }
+    }
+
+    /// Decodes buffered requests while the pipeline depth allows; they wait for
+    /// [`handle_admission`](Self::handle_admission).
+    fn pump_decode(&mut self) {
+        if self.decode_ended || self.stopped || self.finished {
+            return;
+        }
+        let Some(decoder) = self.decoder.as_mut() else {
+            return;
+        };
+        while self.decoded.len() + self.queue.len() + self.unacked.len() < self.depth {
+            match decoder.decode() {
                 Ok(None) => break,
-                Ok(Some(request)) => self.on_request(now, admission, request),
+                Ok(Some(request)) => {
+                    self.idle_since = None;
+                    let last = !request.keep_alive();
+                    self.decoded.push_back(Decoded::Request(request));
+                    if last {
+                        self.decode_ended = true;
+                        break;
+                    }
+                }
                 Err(e) => {
-                    let kind = kind_for_status(e.status());
-                    self.push_fixed(kind, true, advertised_load(admission));
+                    self.idle_since = None;
+                    self.decoded.push_back(Decoded::Malformed(e));
+                    self.decode_ended = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Whether decoded requests wait for [`handle_admission`](Self::handle_admission).
+    pub fn needs_admission(&self) -> bool {
+        !self.decoded.is_empty() && !self.finished
+    }
+
+    /// Begins every decoded request, in order: routes it, takes its request slot (or
+    /// queues the refusal), and emits its event. Call it when
+    /// [`needs_admission`](Self::needs_admission); a spurious call is harmless.
+    pub fn handle_admission(&mut self, now: Instant, admission: &mut Admission<S>) {
+        let now = self.clamp(now);
+        self.admit_decoded(now, admission);
+    }
+
+    fn admit_decoded(&mut self, now: Instant, admission: &mut Admission<S>) {
+        while let Some(decoded) = self.decoded.pop_front() {
+            if self.stopped || self.finished {
+                self.decoded.clear();
+                break;
+            }
+            match decoded {
+                Decoded::Request(request) => self.on_request(now, admission, request),
+                Decoded::Malformed(e) => {
+                    let load = advertised_load(admission);
+                    self.push_fixed(
+                        kind_for_status(e.status()),
+                        true,
+                        true,
+                        load,
+                        RequestRejection::Malformed(e),
+                    );
                 }
             }
         }
@@ -406,17 +838,30 @@ impl<S: Ord + Clone> ServerConnection<S> {
         id
     }
 
-    fn push_fixed(&mut self, kind: ResponseKind<'_>, close: bool, load: Option<u32>) {
+    /// Queues an error response for a rejected request, after its `Rejected` event.
+    fn push_fixed(
+        &mut self,
+        kind: ResponseKind<'_>,
+        close: bool,
+        linger: bool,
+        load: Option<u32>,
+        error: RequestRejection,
+    ) {
         let id = self.new_id();
-        let transmit = self.frame(kind, Bytes::new(), close, load);
-        self.closing |= transmit.close;
-        self.idle_since = None;
+        let transmit = self.frame(kind, Bytes::new(), close, linger, load);
+        self.stopped |= transmit.close.ends_connection();
+        self.events.push_back(ServerEvent::Rejected {
+            id,
+            status: kind.status().code(),
+            error,
+        });
         self.queue.push_back(Slot {
             id,
             ticket: None,
             kind: SlotKind::Fixed,
-            close_after: transmit.close,
+            close_after: transmit.close.ends_connection(),
             ready: Some(transmit),
+            asked_at: None,
         });
     }
 
@@ -427,7 +872,8 @@ impl<S: Ord + Clone> ServerConnection<S> {
             Err(rejection) => {
                 // 404 unknown path, 405 method, 400 path/hop: the source is never invoked.
                 let load = advertised_load(admission);
-                self.push_fixed(kind_for_status(rejection.status()), close, load);
+                let kind = kind_for_status(rejection.status());
+                self.push_fixed(kind, close, false, load, RequestRejection::Route(rejection));
                 return;
             }
         };
@@ -435,19 +881,22 @@ impl<S: Ord + Clone> ServerConnection<S> {
             Route::Roster => {
                 let caller = roster_caller(&request);
                 let id = self.new_id();
-                self.idle_since = None;
-                self.closing |= close;
+                self.stopped |= close;
                 self.queue.push_back(Slot {
                     id,
                     ticket: None,
                     kind: SlotKind::Roster,
                     ready: None,
                     close_after: close,
+                    asked_at: Some(now),
                 });
                 self.events.push_back(ServerEvent::Roster { id, caller });
             }
             Route::Block { path, hop } => {
-                let ticket = match admission.begin_request(now, &mut self.session) {
+                let Some(session) = self.session.as_mut() else {
+                    return;
+                };
+                let ticket = match admission.begin_request(now, session) {
                     Ok(t) => t,
                     Err(refusal) => {
                         self.push_refusal(&refusal, advertised_load(admission));
@@ -456,8 +905,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
                 };
                 let origin = request.origin_bytes();
                 let id = self.new_id();
-                self.idle_since = None;
-                self.closing |= close;
+                self.stopped |= close;
                 let source_request = SourceRequest { path, origin, hop };
                 let declined = match (&self.config.relay, &source_request.origin) {
                     (Some(relay), Some(origin)) => {
@@ -465,12 +913,12 @@ impl<S: Ord + Clone> ServerConnection<S> {
                         match core::str::from_utf8(origin) {
                             Ok(o) => {
                                 relay::screen(relay, identity, o, path.key.as_bytes(), path.index)
-                                    .is_err()
+                                    .err()
                             }
-                            Err(_) => true,
+                            Err(_) => Some(Decline::IdentityMismatch),
                         }
                     }
-                    _ => false,
+                    _ => None,
                 };
                 let mut slot = Slot {
                     id,
@@ -481,13 +929,20 @@ impl<S: Ord + Clone> ServerConnection<S> {
                     },
                     ready: None,
                     close_after: close,
+                    asked_at: None,
                 };
-                if declined {
+                if let Some(decline) = declined {
                     // A requester error: 404 before any cache or upstream access.
                     let load = advertised_load(admission);
+                    self.events.push_back(ServerEvent::Rejected {
+                        id,
+                        status: Status::NotFound.code(),
+                        error: RequestRejection::Relay(decline),
+                    });
                     slot.ready =
-                        Some(self.frame(ResponseKind::NotFound, Bytes::new(), close, load));
+                        Some(self.frame(ResponseKind::NotFound, Bytes::new(), close, false, load));
                 } else {
+                    slot.asked_at = Some(now);
                     self.events.push_back(ServerEvent::Fetch {
                         id,
                         request: source_request,
@@ -498,36 +953,57 @@ impl<S: Ord + Clone> ServerConnection<S> {
         }
     }
 
+    fn refusal_transmit(&mut self, refusal: &Refusal, load: Option<u32>) -> Transmit {
+        refusal::encode(
+            refusal,
+            Some(&self.config.node_id),
+            load,
+            &mut self.head_buf,
+        );
+        Transmit {
+            head: self.head_buf.split().freeze(),
+            body: Bytes::new(),
+            status: Some(Status::ServiceUnavailable.code()),
+            refusal: Some(refusal.reason),
+            close: Close::Linger,
+        }
+    }
+
     fn push_refusal(&mut self, refusal: &Refusal, load: Option<u32>) {
         let id = self.new_id();
-        let mut out = BytesMut::with_capacity(256);
-        refusal::encode(refusal, Some(&self.config.node_id), load, &mut out);
-        self.closing = true;
-        self.idle_since = None;
+        let transmit = self.refusal_transmit(refusal, load);
+        self.stopped = true;
         self.queue.push_back(Slot {
             id,
             ticket: None,
             kind: SlotKind::Fixed,
             close_after: true,
-            ready: Some(Transmit {
-                head: out.freeze(),
-                body: Bytes::new(),
-                close: true,
-            }),
+            ready: Some(transmit),
+            asked_at: None,
         });
     }
 
+    /// Frames a response. `close`: the request asked to close (`Close::AfterWrite`);
+    /// `linger`: the response ends the connection because of an error (`Close::Linger`,
+    /// also implied by a kind that forces the close).
     fn frame(
         &mut self,
         kind: ResponseKind<'_>,
         body: Bytes,
         close: bool,
+        linger: bool,
         load: Option<u32>,
     ) -> Transmit {
         let mut response = OutgoingResponse::new(kind, Some(&self.config.node_id));
-        response.close = close;
+        response.close = close || linger;
         response.load = load;
-        let close = response.closes();
+        let close = if !response.closes() {
+            Close::KeepOpen
+        } else if linger || kind.forces_close() {
+            Close::Linger
+        } else {
+            Close::AfterWrite
+        };
         let body = if matches!(
             kind,
             ResponseKind::Block { .. } | ResponseKind::Roster { .. }
@@ -540,6 +1016,8 @@ impl<S: Ord + Clone> ServerConnection<S> {
         Transmit {
             head: self.head_buf.split().freeze(),
             body,
+            status: Some(kind.status().code()),
+            refusal: None,
             close,
         }
     }
@@ -558,7 +1036,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
         id: RequestId,
         result: SourceResult,
     ) -> Result<(), ServerUsageError> {
-        self.clamp(now);
+        let now = self.clamp(now);
         let config = Arc::clone(&self.config);
         let relay = config.relay;
         let slot = self
@@ -576,16 +1054,10 @@ impl<S: Ord + Clone> ServerConnection<S> {
                     .as_mut()
                     .ok_or(ServerUsageError::UnknownRequest(id))?;
                 if let Err(refusal) = admission.reserve_bytes(ticket, len) {
-                    let mut out = BytesMut::with_capacity(256);
                     let load = advertised_load(admission);
-                    refusal::encode(&refusal, Some(&config.node_id), load, &mut out);
-                    slot.close_after = true;
-                    slot.ready = Some(Transmit {
-                        head: out.freeze(),
-                        body: Bytes::new(),
-                        close: true,
-                    });
-                    self.closing = true;
+                    let transmit = self.refusal_transmit(&refusal, load);
+                    self.stopped = true;
+                    self.set_ready(id, transmit);
                     return Ok(());
                 }
                 let load = advertised_load(admission);
@@ -595,6 +1067,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
                     },
                     block,
                     close,
+                    false,
                     load,
                 );
                 self.set_ready(id, transmit);
@@ -604,6 +1077,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
                 (Some(config), Some(_), false) => match relay::on_miss(&config, request.hop.0) {
                     Ok(next) => {
                         *relayed = true;
+                        slot.asked_at = Some(now);
                         let mut relayed_request = request.clone();
                         relayed_request.hop = Hop(next);
                         self.events.push_back(ServerEvent::Relay {
@@ -624,14 +1098,14 @@ impl<S: Ord + Clone> ServerConnection<S> {
             }
             SourceResult::UpstreamRefused { .. } => ResponseKind::InternalServerError,
         };
-        let transmit = self.frame(kind, Bytes::new(), close, advertised_load(admission));
+        let transmit = self.frame(kind, Bytes::new(), close, false, advertised_load(admission));
         self.set_ready(id, transmit);
         Ok(())
     }
 
     fn set_ready(&mut self, id: RequestId, transmit: Transmit) {
         if let Some(slot) = self.queue.iter_mut().find(|s| s.id == id) {
-            self.closing |= transmit.close;
+            slot.asked_at = None;
             slot.ready = Some(transmit);
         }
     }
@@ -666,6 +1140,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             },
             body,
             close,
+            false,
             // Roster answers are not block reads; nobody spreads by them.
             None,
         );
@@ -673,74 +1148,200 @@ impl<S: Ord + Clone> ServerConnection<S> {
         Ok(())
     }
 
-    /// The next thing for the application to do.
+    /// The next thing for the application to know or do.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<ServerEvent> {
         self.events.pop_front()
     }
 
     /// The next response to write, strictly in request order: a response whose source
-    /// answered early waits for the ones before it.
+    /// answered early waits for the ones before it. `now` starts its
+    /// [`ServerTimer::SendProgress`] clock. `None` once finished.
     #[must_use]
-    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        let now = self.clamp(now);
+        if self.finished {
+            return None;
+        }
         let ready = self.queue.front().is_some_and(|s| s.ready.is_some());
         if !ready {
             return None;
         }
         let mut slot = self.queue.pop_front()?;
-        self.unacked.push_back(slot.ticket.take());
-        slot.ready.take()
+        let transmit = slot.ready.take()?;
+        if self.unacked.is_empty() {
+            self.send_since = Some(now);
+        }
+        self.unacked.push_back(Unacked {
+            ticket: slot.ticket.take(),
+            close: transmit.close,
+        });
+        Some(transmit)
     }
 
-    /// The oldest written-but-unacknowledged [`Transmit`] has been fully written: release
-    /// its request slot and bytes, and decode more pipelined requests.
+    /// The oldest handed-out, unacknowledged [`Transmit`] has been fully written: release
+    /// its request slot and bytes, act on its [`Close`], and decode and begin more
+    /// pipelined requests. A spurious call (nothing unacknowledged) is harmless.
     pub fn handle_transmitted(&mut self, now: Instant, admission: &mut Admission<S>) {
         let now = self.clamp(now);
-        if let Some(ticket) = self.unacked.pop_front() {
-            if let Some(ticket) = ticket {
-                admission.finish_request(now, Some(&mut self.session), ticket);
-            }
-            if self.in_progress() == 0 {
-                self.idle_since = Some(now);
+        let Some(done) = self.unacked.pop_front() else {
+            return;
+        };
+        if let Some(ticket) = done.ticket {
+            admission.finish_request(now, self.session.as_mut(), ticket);
+        }
+        self.send_since = (!self.unacked.is_empty()).then_some(now);
+        match done.close {
+            Close::KeepOpen => {}
+            Close::AfterWrite => self.finished = true,
+            Close::Linger if self.eof => self.finished = true,
+            Close::Linger => {
+                // A lingering connection only drains: it gives its session slot back now
+                // (as a connection refused at accept never held one), bounded by time
+                // alone, so the overload that caused the refusal is not prolonged.
+                self.linger_until = Some(now + self.config.linger);
+                if let Some(session) = self.session.take() {
+                    admission.close_session(now, session);
+                }
             }
         }
-        self.advance(now, admission);
+        if self.finished || self.linger_until.is_some() {
+            return;
+        }
+        if self.in_progress() == 0 {
+            self.idle_since = Some(now);
+        }
+        self.pump_decode();
+        self.admit_decoded(now, admission);
+        self.check_eof_finished();
     }
 
     /// Whether the connection is done: close the socket and call [`close`](Self::close).
     pub fn is_finished(&self) -> bool {
-        self.closing && self.in_progress() == 0
+        self.finished
     }
 
-    /// The idle deadline, while nothing is in progress.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.closing {
+    /// The earliest deadline and which timer it is; `None` once finished.
+    pub fn poll_timeout(&self) -> Option<Deadline<ServerTimer>> {
+        if self.finished {
             return None;
         }
-        self.idle_since.map(|t| t + self.config.idle_timeout)
+        let c = &self.config;
+        let refusal = self
+            .refusal_head
+            .as_ref()
+            .map(|h| (h.deadline, ServerTimer::RefusalHead));
+        let linger = self.linger_until.map(|at| (at, ServerTimer::Linger));
+        let send = self
+            .send_since
+            .map(|t| (t + c.send_timeout, ServerTimer::SendProgress));
+        let source = self
+            .queue
+            .iter()
+            .filter_map(|s| s.asked_at)
+            .min()
+            .map(|t| (t + c.source_timeout, ServerTimer::Source));
+        let idle = if self.in_progress() == 0 && !self.stopped && !self.eof {
+            self.idle_since
+                .map(|t| (t + c.idle_timeout, ServerTimer::Idle))
+        } else {
+            None
+        };
+        [refusal, linger, send, source, idle]
+            .into_iter()
+            .flatten()
+            .min_by_key(|&(at, timer)| (at, timer))
+            .map(|(at, timer)| Deadline { at, timer })
     }
 
-    /// Closes an idle connection whose deadline passed. Spurious calls are harmless.
+    /// Acts on every deadline that has passed: idle, send-progress and linger end the
+    /// connection; an unanswered source is answered `500`; a refused connection that
+    /// waited long enough is answered (or ended, if nothing arrived). Spurious calls are
+    /// harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.clamp(now);
-        if self.poll_timeout().is_some_and(|at| at <= now) {
-            self.closing = true;
+        if self.finished {
+            return;
+        }
+        let c = Arc::clone(&self.config);
+        if let Some(head) = &self.refusal_head {
+            if head.deadline <= now {
+                if head.seen > 0 {
+                    self.refusal_input(now);
+                } else {
+                    self.refusal_head = None;
+                    self.finished = true;
+                    return;
+                }
+            }
+        }
+        if self.linger_until.is_some_and(|at| at <= now)
+            || self.send_since.is_some_and(|t| t + c.send_timeout <= now)
+        {
+            self.finished = true;
+            return;
+        }
+        let due: Vec<RequestId> = self
+            .queue
+            .iter()
+            .filter(|s| s.asked_at.is_some_and(|t| t + c.source_timeout <= now))
+            .map(|s| s.id)
+            .collect();
+        for id in due {
+            let close = self
+                .queue
+                .iter()
+                .find(|s| s.id == id)
+                .is_some_and(|s| s.close_after);
+            // Load is not advertised on a timeout answer: it is framed without the
+            // admission (a timer input never takes it).
+            let transmit = self.frame(
+                ResponseKind::InternalServerError,
+                Bytes::new(),
+                close,
+                false,
+                None,
+            );
+            self.set_ready(id, transmit);
+            self.events.push_back(ServerEvent::SourceTimedOut { id });
+        }
+        if self.in_progress() == 0
+            && !self.stopped
+            && !self.eof
+            && self.idle_since.is_some_and(|t| t + c.idle_timeout <= now)
+        {
+            self.finished = true;
         }
     }
 
     /// Ends the connection (finished, peer reset, error, shutdown): releases every request
-    /// ticket and the session exactly once. Consumes the machine.
-    pub fn close(mut self, now: Instant, admission: &mut Admission<S>) {
-        let now = self.latest.max(now);
+    /// ticket and the session exactly once. Idempotent: later calls do nothing. Afterwards
+    /// the machine is finished, hands out nothing and discards input.
+    pub fn close(&mut self, now: Instant, admission: &mut Admission<S>) {
+        let now = self.clamp(now);
+        self.finished = true;
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        self.decoded.clear();
+        self.events.clear();
+        self.refusal_head = None;
+        self.linger_until = None;
+        self.send_since = None;
         for slot in self.queue.drain(..) {
             if let Some(ticket) = slot.ticket {
                 admission.finish_request(now, None, ticket);
             }
         }
-        for ticket in self.unacked.drain(..).flatten() {
-            admission.finish_request(now, None, ticket);
+        for done in self.unacked.drain(..) {
+            if let Some(ticket) = done.ticket {
+                admission.finish_request(now, None, ticket);
+            }
         }
-        admission.close_session(now, self.session);
+        if let Some(session) = self.session.take() {
+            admission.close_session(now, session);
+        }
     }
 }
 
@@ -788,9 +1389,23 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("advertised_addr"));
-        let mut c = ServerConfig::new("n", "h:1");
-        c.idle_timeout = Duration::ZERO;
-        assert_eq!(c.validate(), Err(ServerConfigError::ZeroIdleTimeout));
+        for field in [
+            "idle_timeout",
+            "source_timeout",
+            "send_timeout",
+            "linger",
+            "refusal_head_timeout",
+        ] {
+            let mut c = ServerConfig::new("n", "h:1");
+            match field {
+                "idle_timeout" => c.idle_timeout = Duration::ZERO,
+                "source_timeout" => c.source_timeout = Duration::ZERO,
+                "send_timeout" => c.send_timeout = Duration::ZERO,
+                "linger" => c.linger = Duration::ZERO,
+                _ => c.refusal_head_timeout = Duration::ZERO,
+            }
+            assert_eq!(c.validate(), Err(ServerConfigError::ZeroTimeout { field }));
+        }
     }
 
     #[test]

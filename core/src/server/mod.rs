@@ -2,8 +2,9 @@
 //! per-connection machine and response framing.
 //!
 //! A server's job is to answer fast and explicitly: serve what it holds, say 404 when it
-//! cannot provide a block, and refuse at once with a reason and `Retry-After` when it is
-//! full, never accept and stay silent.
+//! cannot provide a block, and refuse with a reason and `Retry-After` when it is full
+//! (answering the peer's first request, never speaking first), never accept and stay
+//! silent.
 
 pub mod admission;
 pub mod connection;
@@ -13,7 +14,9 @@ pub use admission::{
     Admission, AdmissionConfig, AdmissionConfigError, RateLimit, RequestTicket, SessionTicket,
 };
 pub use connection::{
-    Accept, RequestId, RosterCaller, ServerConfig, ServerConnection, ServerEvent, ServerUsageError,
-    SourceRequest, SourceResult, Transmit, DEFAULT_IDLE_TIMEOUT,
+    RequestId, RequestRejection, RosterCaller, ServerConfig, ServerConfigError, ServerConnection,
+    ServerEvent, ServerTimer, ServerUsageError, SourceRequest, SourceResult, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_LINGER, DEFAULT_REFUSAL_HEAD_TIMEOUT, DEFAULT_SEND_TIMEOUT, DEFAULT_SOURCE_TIMEOUT,
+    MAX_REFUSAL_HEAD_BYTES,
 };
 pub use relay::{Decline, OriginIdentity, RelayConfig, TrustOrigin};

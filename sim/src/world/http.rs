@@ -9,9 +9,10 @@
 //!   The request is acknowledged as written as soon as it is sent (the simulated socket
 //!   takes every byte at once).
 //! - Each simulated TCP connection at a node is a [`ServerConnection`], accepted through
-//!   the node's real `server::Admission` (a full node answers with the real 503 refusal
-//!   bytes), which decodes the request, validates and routes it, takes the request slot,
-//!   reserves the response bytes and frames the response. Its `Fetch` event is answered by
+//!   the node's real `server::Admission` (a full node's connection answers the reader's
+//!   request with the real 503 refusal bytes, then half-closes), which decodes the request,
+//!   validates and routes it, takes the request slot, reserves the response bytes and
+//!   frames the response; the status and refusal reason come from its `Transmit`. Its `Fetch` event is answered by
 //!   the node model: the block's body if the node holds it, a miss otherwise; a silent node
 //!   never answers.
 //! - Bytes cross the link after the one-way latency. A response head leaves when the server
@@ -36,8 +37,7 @@ use peerblock_core::client::{
     BlockRequest, ClientConfig, ClientEvent, Connection, ConnectionFate, Deadlines, Ending,
     ExchangeError, ExchangeOutcome, ExchangeRequest, Link, RequestTimeout,
 };
-use peerblock_core::refusal::RefusalReason;
-use peerblock_core::server::{Accept, ServerConfig, ServerConnection, ServerEvent, SourceResult};
+use peerblock_core::server::{ServerConfig, ServerConnection, ServerEvent, SourceResult};
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey};
 
@@ -106,7 +106,7 @@ pub(super) enum HttpEv {
     },
     /// An exchange deadline.
     ClientTimer { get: Handle },
-    /// A server connection deadline (idle close).
+    /// A server connection deadline (idle, source, send progress, linger, refusal head).
     ServerTimer { node: u32, conn: ConnId, epoch: u32 },
 }
 
@@ -121,6 +121,8 @@ struct ServerSide {
     /// The nominal size of the block last answered `Found` (its `200` is next out).
     nominal: u64,
     armed: Option<Instant>,
+    /// The node has closed its sending side (the reader has been sent the end of stream).
+    half_closed: bool,
 }
 
 struct Transfer {
@@ -210,24 +212,6 @@ impl Http {
 /// An HTTP-path event for the queue.
 fn boxed(ev: HttpEv) -> Ev {
     Ev::Http(Box::new(ev))
-}
-
-fn status_of(head: &[u8]) -> u16 {
-    head.get(9..12)
-        .and_then(|s| core::str::from_utf8(s).ok())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The refusal reason in a 503 head the server machine wrote.
-fn refused_reason(head: &[u8]) -> Option<RefusalReason> {
-    const NAME: &[u8] = b"x-peerblock-refused:";
-    let at = head
-        .windows(NAME.len())
-        .position(|w| w.eq_ignore_ascii_case(NAME))?;
-    let rest = &head[at + NAME.len()..];
-    let end = rest.iter().position(|&b| b == b'\r').unwrap_or(rest.len());
-    RefusalReason::from_token(rest[..end].trim_ascii())
 }
 
 fn result_of(ending: &Ending) -> GetResult {
@@ -392,64 +376,47 @@ impl World<'_> {
         }
         let config = Arc::clone(&self.http().servers[n as usize]);
         let node = &mut self.nodes[n as usize];
-        match ServerConnection::accept(now, node.admission.core_mut(), source, config) {
-            Accept::Admitted(server) => {
-                self.http().conns.insert(
-                    (n, conn),
-                    ServerSide {
-                        conn: server,
-                        reader: r,
-                        epoch,
-                        get: Some(g),
-                        transfer: None,
-                        nominal: 0,
-                        armed: None,
-                    },
-                );
-                self.queue.push(
-                    now + ow,
-                    boxed(HttpEv::ToClient {
-                        get: Some(g),
-                        reader: r,
-                        node: n,
-                        conn,
-                        connected: true,
-                        bytes: Bytes::new(),
-                        eof: false,
-                    }),
-                );
-                self.http_pump_server(n, conn);
-            }
-            Accept::Refused { refusal, response } => {
-                let limit = Limit::from_reason(refusal.reason);
-                self.metrics.limit_hit(limit);
-                trace!(
-                    self.trace,
-                    now,
-                    "refuse",
-                    "n={n} r={r} limit={}",
-                    limit.as_str()
-                );
-                #[cfg(test)]
-                {
-                    self.http().last_refusal = Some(response.clone());
-                }
-                // The kernel accepted the connection; the server wrote its refusal and
-                // closed it.
-                self.queue.push(
-                    now + ow,
-                    boxed(HttpEv::ToClient {
-                        get: Some(g),
-                        reader: r,
-                        node: n,
-                        conn,
-                        connected: true,
-                        bytes: response,
-                        eof: true,
-                    }),
-                );
-            }
+        let server = ServerConnection::accept(now, node.admission.core_mut(), source, config)
+            .expect("server config validated when the scenario was built");
+        if let Some(refusal) = server.refused() {
+            // The kernel accepted the connection; the server answers the reader's request
+            // with its refusal, then half-closes.
+            let limit = Limit::from_reason(refusal.reason);
+            self.metrics.limit_hit(limit);
+            trace!(
+                self.trace,
+                now,
+                "refuse",
+                "n={n} r={r} limit={}",
+                limit.as_str()
+            );
         }
+        self.http().conns.insert(
+            (n, conn),
+            ServerSide {
+                conn: server,
+                reader: r,
+                epoch,
+                get: Some(g),
+                transfer: None,
+                nominal: 0,
+                armed: None,
+                half_closed: false,
+            },
+        );
+        self.queue.push(
+            now + ow,
+            boxed(HttpEv::ToClient {
+                get: Some(g),
+                reader: r,
+                node: n,
+                conn,
+                connected: true,
+                bytes: Bytes::new(),
+                eof: false,
+            }),
+        );
+        self.http_pump_server(n, conn);
     }
 
     fn http_to_server(&mut self, g: Option<Handle>, n: u32, conn: ConnId, bytes: Bytes, eof: bool) {
@@ -496,9 +463,10 @@ impl World<'_> {
         side.get = g;
         let mut off = 0;
         while off < bytes.len() {
-            let taken = side
-                .conn
-                .handle_input(now, node.admission.core_mut(), &bytes[off..]);
+            let taken = side.conn.handle_input(now, &bytes[off..]);
+            if side.conn.needs_admission() {
+                side.conn.handle_admission(now, node.admission.core_mut());
+            }
             if taken == 0 {
                 break;
             }
@@ -511,7 +479,7 @@ impl World<'_> {
     fn http_close_server(&mut self, n: u32, conn: ConnId) {
         let now = self.now;
         let http = self.http.as_mut().expect("http1 transport");
-        let Some(side) = http.conns.remove(&(n, conn)) else {
+        let Some(mut side) = http.conns.remove(&(n, conn)) else {
             return;
         };
         let node = &mut self.nodes[n as usize];
@@ -570,17 +538,24 @@ impl World<'_> {
                         SourceResult::Miss,
                     );
                 }
-                ServerEvent::Roster { .. } => {}
+                // Peer errors and source timeouts: nothing to answer.
+                ServerEvent::Roster { .. }
+                | ServerEvent::Rejected { .. }
+                | ServerEvent::SourceTimedOut { .. } => {}
             }
         }
         let ow = self.latency.one_way(r, n);
         let reachable = node.reachable();
         let get = side.get;
         let mut uplink_changed = false;
-        while let Some(tx) = side.conn.poll_transmit() {
-            let status = status_of(&tx.head);
-            if status == 503 {
-                if let Some(reason) = refused_reason(&tx.head) {
+        while let Some(tx) = side.conn.poll_transmit(now) {
+            if let Some(reason) = tx.refusal {
+                #[cfg(test)]
+                {
+                    http.last_refusal = Some(tx.head.clone());
+                }
+                // A refusal at accept was counted when the connection was accepted.
+                if side.conn.refused().is_none() {
                     let limit = Limit::from_reason(reason);
                     self.metrics.limit_hit(limit);
                     trace!(
@@ -590,12 +565,9 @@ impl World<'_> {
                         "n={n} r={r} limit={}",
                         limit.as_str()
                     );
-                    #[cfg(test)]
-                    {
-                        http.last_refusal = Some(tx.head.clone());
-                    }
                 }
             }
+            let ends = tx.close.ends_connection();
             if reachable {
                 self.queue.push(
                     now + ow,
@@ -610,7 +582,7 @@ impl World<'_> {
                     }),
                 );
             }
-            if status == 200 && !tx.body.is_empty() {
+            if tx.status == Some(200) && !tx.body.is_empty() {
                 let nominal = side.nominal;
                 let t = http.next_transfer;
                 http.next_transfer += 1;
@@ -622,7 +594,7 @@ impl World<'_> {
                         reader: r,
                         get,
                         body: tx.body,
-                        close: tx.close,
+                        close: ends,
                         nominal,
                     },
                 );
@@ -642,14 +614,17 @@ impl World<'_> {
                         conn,
                         connected: false,
                         bytes: tx.body,
-                        eof: tx.close,
+                        eof: ends,
                     }),
                 );
             }
+            // After an error or refusal the node half-closes and lingers: it keeps
+            // reading (the machine discards) until the reader closes or the linger ends.
+            side.half_closed |= ends;
             side.conn.handle_transmitted(now, node.admission.core_mut());
         }
         let finished = side.conn.is_finished();
-        let next = side.conn.poll_timeout();
+        let next = side.conn.poll_timeout().map(|d| d.at);
         let epoch = side.epoch;
         if !finished {
             if let Some(at) = next {
@@ -668,11 +643,12 @@ impl World<'_> {
         }
         let idle_close = finished && side.transfer.is_none();
         if idle_close {
-            // Closed by the server (idle timeout, `Connection: close` written): the close
-            // reaches the reader one latency later.
-            let side = http.conns.remove(&(n, conn)).expect("present");
+            // Closed by the server (idle timeout, `Connection: close` written, lingering
+            // over): the close reaches the reader one latency later, unless the node
+            // already half-closed.
+            let mut side = http.conns.remove(&(n, conn)).expect("present");
             side.conn.close(now, node.admission.core_mut());
-            if reachable {
+            if reachable && !side.half_closed {
                 self.queue.push(
                     now + ow,
                     boxed(HttpEv::ToClient {
@@ -707,6 +683,7 @@ impl World<'_> {
         node.bytes_served += tr.nominal;
         if let Some(side) = http.conns.get_mut(&(n, tr.conn)) {
             side.transfer = None;
+            side.half_closed |= tr.close;
             side.conn.handle_transmitted(now, node.admission.core_mut());
         }
         if node.reachable() {
