@@ -12,13 +12,13 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use peerblock_core::client::{
     BlockRequest, ClientConfig, ClientEvent, Connection, Ending, Exchange, ExchangeRequest, Link,
 };
-use peerblock_core::pair::Pair;
 use peerblock_core::refusal::{self, Refusal, RefusalReason};
 use peerblock_core::server::{
     Admission, AdmissionConfig, ServerConfig, ServerConnection, ServerEvent, SourceResult,
 };
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::{BlockPath, ChunkKey};
+use peerblock_testkit::pair::Pair;
 
 const BLOCK: usize = 256 * 1024;
 

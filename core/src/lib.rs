@@ -21,7 +21,6 @@ pub mod client;
 pub mod cooldown;
 pub mod http;
 pub mod load;
-pub mod pair;
 pub mod placement;
 pub mod read;
 pub mod refusal;

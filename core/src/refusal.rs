@@ -36,17 +36,17 @@ pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(15);
 /// [`RefusalReason::as_token`]) so an operator reading client logs knows what to raise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RefusalReason {
-    /// [`AdmissionConfig::max_sessions`] reached.
+    /// [`AdmissionConfig::max_sessions`](crate::server::AdmissionConfig::max_sessions) reached.
     Sessions,
-    /// [`AdmissionConfig::max_sessions_per_source`] reached for this source.
+    /// [`AdmissionConfig::max_sessions_per_source`](crate::server::AdmissionConfig::max_sessions_per_source) reached for this source.
     SourceSessions,
-    /// [`AdmissionConfig::max_requests`] reached.
+    /// [`AdmissionConfig::max_requests`](crate::server::AdmissionConfig::max_requests) reached.
     Requests,
     /// The source's rate bucket is empty.
     Rate,
-    /// [`AdmissionConfig::max_inflight_bytes`] would be exceeded.
+    /// [`AdmissionConfig::max_inflight_bytes`](crate::server::AdmissionConfig::max_inflight_bytes) would be exceeded.
     InflightBytes,
-    /// [`AdmissionConfig::max_inflight_bytes_per_source`] would be exceeded.
+    /// [`AdmissionConfig::max_inflight_bytes_per_source`](crate::server::AdmissionConfig::max_inflight_bytes_per_source) would be exceeded.
     SourceInflightBytes,
 }
 

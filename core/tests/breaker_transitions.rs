@@ -1,11 +1,9 @@
 //! Drives a real breaker through every row of `breaker::TRANSITIONS` and checks that
 //! `docs/breaker.md` embeds the rendered table, so code, table and docs agree.
 
-use peerblock_core::breaker::{
-    render_state_diagram, render_transition_table, Breaker, BreakerConfig, Event, Outcome, State,
-    TRANSITIONS,
-};
+use peerblock_core::breaker::{Breaker, BreakerConfig, Event, Outcome, State, TRANSITIONS};
 use peerblock_core::time::{Duration, Instant};
+use peerblock_testkit::breaker_doc::{render_state_diagram, render_transition_table};
 
 const P: &str = "peer";
 

@@ -8,12 +8,12 @@ use peerblock_core::client::{
     ExchangeError, ExchangeRequest, LengthError, Link, ProtocolError, RequestTimeout,
 };
 use peerblock_core::http::ResponseError;
-use peerblock_core::pair::{Dial, Pair};
 use peerblock_core::refusal::RefusalReason;
 use peerblock_core::server::{AdmissionConfig, RelayConfig, ServerConfig, SourceResult};
 use peerblock_core::time::{Deadline, Duration, Instant};
 use peerblock_core::transmit::Close;
 use peerblock_core::wire::{BlockPath, ChunkKey};
+use peerblock_testkit::pair::{Dial, Pair};
 
 const HOST: &str = "server:7070";
 

@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use peerblock_core::client::{BlockRequest, Ending, ExchangeRequest};
-use peerblock_core::pair::Pair;
 use peerblock_core::wire::{BlockPath, ChunkKey};
+use peerblock_testkit::pair::Pair;
 
 const BLOCK: usize = 256 * 1024;
 

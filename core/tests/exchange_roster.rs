@@ -6,12 +6,12 @@ use std::sync::Arc;
 use peerblock_core::client::{
     BreakerOutcome, BreakerPath, Caller, Ending, ExchangeError, ExchangeRequest, ProtocolError,
 };
-use peerblock_core::pair::Pair;
 use peerblock_core::roster::{Membership, Roster, RosterDecodeError, RosterMember, NO_EPOCH};
 use peerblock_core::server::{
     Admission, AdmissionConfig, ServerConfig, ServerConnection, ServerEvent,
 };
 use peerblock_core::time::Instant;
+use peerblock_testkit::pair::Pair;
 
 const HOST: &str = "10.0.0.1:7070";
 

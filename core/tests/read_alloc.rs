@@ -9,8 +9,9 @@ mod alloc_support;
 use alloc_support::allocations;
 use bytes::Bytes;
 use peerblock_core::placement::{Key, PeerId};
-use peerblock_core::read::{GetOutcome, Read, ReadConfig, ReadEvent, ReadOutcome, StaticView};
+use peerblock_core::read::{GetOutcome, Read, ReadConfig, ReadEvent, ReadOutcome};
 use peerblock_core::time::Instant;
+use peerblock_testkit::StaticView;
 
 fn one_read(peers: &[PeerId], view: &StaticView) -> ReadOutcome {
     let now = Instant::from_secs(1);

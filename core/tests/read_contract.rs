@@ -8,10 +8,11 @@ mod read_support;
 use bytes::Bytes;
 use peerblock_core::read::{
     GetOutcome, HedgeRule, Read, ReadConfig, ReadConfigError, ReadEvent, ReadOutcome, ReadTimer,
-    StaticView, MAX_REFUSAL_COOLDOWN,
+    MAX_REFUSAL_COOLDOWN,
 };
 use peerblock_core::refusal::{DEFAULT_MAX_RETRY_AFTER, DEFAULT_REFUSED_COOLDOWN};
 use peerblock_core::time::{Deadline, Duration, Instant};
+use peerblock_testkit::StaticView;
 use read_support::{drain, gets, key_and_peers, millis, secs};
 
 fn found() -> GetOutcome {

@@ -7,8 +7,9 @@ mod read_support;
 
 use peerblock_core::load::MAX_ADVERTISED_LOAD;
 use peerblock_core::placement::PeerId;
-use peerblock_core::read::{LookupPeer, PeerView, Read, ReadConfig, ReadEvent, Spread, StaticView};
+use peerblock_core::read::{LookupPeer, PeerView, Read, ReadConfig, ReadEvent, Spread};
 use peerblock_core::rng::indexed_seed;
+use peerblock_testkit::StaticView;
 use read_support::{drain, gets, key_and_peers, secs};
 
 const READS: u64 = 7_000;

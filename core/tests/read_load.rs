@@ -6,9 +6,10 @@ mod read_support;
 
 use peerblock_core::load::{LoadConfig, LoadTable};
 use peerblock_core::placement::PeerId;
-use peerblock_core::read::{Read, ReadConfig, ReadEvent, Spread, StaticView};
+use peerblock_core::read::{Read, ReadConfig, ReadEvent, Spread};
 use peerblock_core::rng::indexed_seed;
 use peerblock_core::time::{Duration, Instant};
+use peerblock_testkit::StaticView;
 use read_support::{drain, gets, key_and_peers, secs};
 
 const READS: u64 = 7_000;

@@ -20,9 +20,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use peerblock_core::placement::{Key, PeerId};
 use peerblock_core::read::{
-    GetId, GetOutcome, PeerView, Read, ReadConfig, ReadEvent, ReadOutcome, Spread, StaticView,
+    GetId, GetOutcome, PeerView, Read, ReadConfig, ReadEvent, ReadOutcome, Spread,
 };
 use peerblock_core::time::{Duration, Instant};
+use peerblock_testkit::StaticView;
 use proptest::prelude::*;
 use read_support::drain;
 

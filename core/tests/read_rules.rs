@@ -8,9 +8,9 @@ use peerblock_core::cooldown::{CooldownConfig, CooldownTable, DialOutcome};
 use peerblock_core::placement::PeerId;
 use peerblock_core::read::{
     Absence, GetOutcome, OriginOutcome, Read, ReadConfig, ReadEvent, ReadOutcome, Spread,
-    StaticView,
 };
 use peerblock_core::time::{Duration, Instant};
+use peerblock_testkit::StaticView;
 use read_support::{drain, gets, key_and_peers, millis, secs};
 
 fn found() -> GetOutcome {

@@ -23,10 +23,11 @@ use bytes::Bytes;
 use peerblock_core::load::{KeyCounter, KeyCounterConfig, LoadConfig, LoadTable};
 use peerblock_core::placement::{Key, PeerId};
 use peerblock_core::read::{
-    GetId, GetOutcome, LookupPeer, PeerView, Read, ReadConfig, ReadEvent, Spread, StaticView,
+    GetId, GetOutcome, LookupPeer, PeerView, Read, ReadConfig, ReadEvent, Spread,
 };
 use peerblock_core::rng::indexed_seed;
 use peerblock_core::time::{Duration, Instant};
+use peerblock_testkit::StaticView;
 
 const TRIALS: u64 = 7_000;
 

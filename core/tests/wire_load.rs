@@ -8,7 +8,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use peerblock_core::client::{BlockRequest, Ending, ExchangeRequest};
 use peerblock_core::http::{BodyLimit, ResponseDecoder, ResponseEvent, ResponseHead};
-use peerblock_core::pair::Pair;
 use peerblock_core::server::{
     Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
     SourceResult,
@@ -16,6 +15,7 @@ use peerblock_core::server::{
 use peerblock_core::time::Instant;
 use peerblock_core::transmit::Transmit;
 use peerblock_core::wire::{header, BlockPath, ChunkKey};
+use peerblock_testkit::pair::Pair;
 
 const T0: Instant = Instant::ZERO;
 

@@ -70,9 +70,7 @@ pub use config::{
 };
 pub use outcome::{Outcome, State};
 pub use permit::{Permit, PermitKind, Recorded, Rejected};
-pub use transitions::{
-    render_state_diagram, render_transition_table, Event, Transition, TRANSITIONS,
-};
+pub use transitions::{Event, Transition, TRANSITIONS};
 
 use crate::rng::{seeded, ChaCha8Rng};
 use crate::time::Instant;
@@ -243,7 +241,9 @@ impl<K: Ord + Clone> Breaker<K> {
     }
 
     /// Tracked keys in eviction order (next victim first: clean entries from stalest, then
-    /// the rest from stalest). O(n) and allocating; for diagnostics and tests.
+    /// the rest from stalest). O(n) and allocating; for diagnostics and tests, so only
+    /// with the `diagnostics` feature (the test kit turns it on).
+    #[cfg(feature = "diagnostics")]
     pub fn eviction_order(&self) -> Vec<K> {
         self.table.eviction_order()
     }

@@ -204,6 +204,7 @@ impl<K: Ord + Clone> Table<K> {
 
     /// Keys from least to most recently active: the clean list then the dirty list, i.e.
     /// the order in which entries would be evicted. O(n); for tests and diagnostics.
+    #[cfg(any(test, feature = "diagnostics"))]
     pub(super) fn eviction_order(&self) -> Vec<K> {
         let mut out = Vec::with_capacity(self.len());
         for list in [CLEAN, DIRTY] {

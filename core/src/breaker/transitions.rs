@@ -2,8 +2,8 @@
 //!
 //! [`TRANSITIONS`] lists every (state, event) pair the breaker distinguishes, what it
 //! moves to and what else happens. It is the single source for the table in
-//! `docs/breaker.md` (a test checks the doc contains [`render_transition_table`]'s
-//! output verbatim) and `core/tests/breaker_transitions.rs` drives a real breaker through
+//! `docs/breaker.md` (the test kit renders it, and a test checks the doc contains that
+//! rendering verbatim) and `core/tests/breaker_transitions.rs` drives a real breaker through
 //! every row, so the table, the docs and the code cannot drift apart.
 
 use super::outcome::State;
@@ -234,30 +234,3 @@ pub const TRANSITIONS: &[Transition] = &[
         "nothing (cannot take a newer probe's slot)",
     ),
 ];
-
-/// [`TRANSITIONS`] as a Markdown table (the one embedded in `docs/breaker.md`).
-pub fn render_transition_table() -> String {
-    let mut out = String::from("| from | event | to | effect |\n|---|---|---|---|\n");
-    for t in TRANSITIONS {
-        out.push_str(&format!(
-            "| {} | {} | {} | {} |\n",
-            t.from, t.event, t.to, t.effect
-        ));
-    }
-    out
-}
-
-/// The state-changing rows of [`TRANSITIONS`] as a Mermaid `stateDiagram-v2` (the diagram
-/// embedded in `docs/breaker.md`). Self-loops are left to the table.
-pub fn render_state_diagram() -> String {
-    let mut out = String::from("stateDiagram-v2\n    [*] --> Closed\n");
-    for t in TRANSITIONS.iter().filter(|t| t.from != t.to) {
-        out.push_str(&format!(
-            "    {:?} --> {:?}: {}\n",
-            t.from,
-            t.to,
-            t.event.describe().replace('`', "")
-        ));
-    }
-    out
-}

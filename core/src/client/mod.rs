@@ -1,16 +1,20 @@
 //! The client side of a peer exchange: one request to one peer.
 //!
 //! The driver dials, moves bytes and runs timers; this module decides when to give up
-//! ([`deadlines`]), reads and classifies the response ([`exchange`]), says what the
-//! ending means for the breaker and the cooldown table ([`outcome`]), and keeps the
-//! client's shared knowledge of its peers, which the read machine consults ([`peers`]).
+//! ([`Deadlines`]), reads and classifies the response ([`Exchange`]), says what the
+//! ending means for the breaker and the cooldown table ([`ExchangeOutcome`]), and keeps
+//! the client's shared knowledge of its peers, which the read machine consults
+//! ([`Peers`]).
 
-pub mod deadlines;
-pub mod exchange;
-pub mod outcome;
-pub mod peers;
+mod deadlines;
+mod exchange;
+mod outcome;
+mod peers;
 
-pub use deadlines::{ClientTimer, DeadlineError, Deadlines, RequestTimeout};
+pub use deadlines::{
+    ClientTimer, DeadlineError, Deadlines, RequestTimeout, DEFAULT_DIAL_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_HEADER_TIMEOUT,
+};
 pub use exchange::{
     BlockRequest, Caller, ClientEvent, Connection, Exchange, ExchangeRequest, Link, RequestKind,
 };

@@ -39,7 +39,7 @@ impl ChoiceOption {
 /// idle instead would steer first reads towards the peers the client never hears from —
 /// the unreachable ones first — which the simulator's replay measured as more failed dials
 /// and slower downloads; presuming it average keeps the choice fair to it.
-pub fn unknown_load_prior(options: &[ChoiceOption]) -> u32 {
+pub(crate) fn unknown_load_prior(options: &[ChoiceOption]) -> u32 {
     mean(options.iter().filter_map(|o| o.load))
 }
 
@@ -51,21 +51,21 @@ pub fn unknown_load_prior(options: &[ChoiceOption]) -> u32 {
 /// hints the score is the pair (per-key hint + own GETs in flight, node-level score),
 /// compared in that order, so node load only breaks ties between equally requested
 /// holders. Without per-key hints the score is the node-level score alone: the load the
-/// peer advertised, decayed by age ([`unknown_load_prior`] when none is live), plus this
+/// peer advertised, decayed by age (the mean of the live loads when none is live), plus this
 /// client's own GETs in flight there. Options without a per-key hint in a decision that
 /// has some are not scored at all: the choice gives them their uniform share
 /// ([`Spread::LeastLoadedOfTwo`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scoring {
+pub(crate) struct Scoring {
     /// Whether per-key hints are compared first.
-    pub by_key: bool,
+    pub(crate) by_key: bool,
     /// What an option without a live node-level hint scores.
-    pub node_prior: u32,
+    pub(crate) node_prior: u32,
 }
 
 impl Scoring {
     /// The scoring for one decision among `options`.
-    pub fn of(options: &[ChoiceOption]) -> Self {
+    pub(crate) fn of(options: &[ChoiceOption]) -> Self {
         Scoring {
             by_key: options.iter().any(|o| o.key_load.is_some()),
             node_prior: unknown_load_prior(options),
@@ -73,7 +73,7 @@ impl Scoring {
     }
 
     /// The score of `o`, compared lexicographically: lower is preferred.
-    pub fn score(&self, o: &ChoiceOption) -> (u32, u32) {
+    pub(crate) fn score(&self, o: &ChoiceOption) -> (u32, u32) {
         let node = o.score(self.node_prior);
         match (self.by_key, o.key_load) {
             (true, Some(k)) => (k.saturating_add(o.in_flight), node),
@@ -105,12 +105,13 @@ pub enum Spread {
     /// and A/B replays.
     Nearest,
     /// Power of two choices on load: draw two distinct members uniformly and keep the one
-    /// with the lower [`Scoring::score`]. When the lookup delivered per-key hints
+    /// with the lower score. When the lookup delivered per-key hints
     /// ([`LookupPeer`](super::LookupPeer)), that is the GETs for *this record* each member
     /// reported receiving recently (plus this client's own GETs in flight there; node load
     /// breaks ties), and a member without a hint keeps its uniform share. Otherwise it is
-    /// the load the peer advertised in its last response (decayed by age;
-    /// [`unknown_load_prior`] when none is live) plus this client's own GETs in flight. On
+    /// the load the peer advertised in its last response (decayed by age; a peer with no
+    /// live load scores the mean of the others' live loads) plus this client's own GETs in
+    /// flight. On
     /// a tie keep the first draw, so with no load anywhere it is exactly uniform, never
     /// biased towards the nearest. Two random choices rather than the least loaded of all:
     /// clients acting on the same stale hints would pile onto the one member that looked

@@ -248,7 +248,7 @@ impl Read {
     /// may say how many GETs for this key it received recently ([`LookupPeer`]). The
     /// read keeps each candidate's latest hint (a peer without one keeps what an earlier
     /// lookup of this read said) and the load-aware spreads compare them
-    /// ([`Scoring`](super::Scoring)). Same contract as `handle_lookup` otherwise.
+    /// (see `docs/read.md`, "Load-aware first reads"). Same contract as `handle_lookup` otherwise.
     pub fn handle_lookup_peers(&mut self, now: Instant, peers: &[LookupPeer]) {
         self.lookup(now, peers.iter().map(|p| (p.id, p.bounded_key_load())));
     }

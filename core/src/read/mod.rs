@@ -8,34 +8,39 @@
 //!
 //! The pieces:
 //!
-//! - [`config`]: [`ReadConfig`] and its named defaults and bounds.
-//! - [`choice`]: [`Spread`], the injected choice among close-group members.
-//! - [`view`]: [`PeerView`], the driver's breaker/cooldown/load knowledge the machine asks
-//!   at decision time, its implementation for [`CooldownTable`](crate::cooldown::CooldownTable),
-//!   and [`StaticView`] for tests and simulations.
-//! - [`outcome`]: [`ReadEvent`], [`GetOutcome`], [`OriginOutcome`], [`ReadOutcome`].
+//! - [`ReadConfig`] and its named defaults and bounds.
+//! - [`Spread`], the injected choice among close-group members.
+//! - [`PeerView`], the driver's breaker/cooldown/load knowledge the machine asks at
+//!   decision time (core's [`client::Peers`](crate::client::Peers) implements it; the test
+//!   kit has a plain `StaticView` for tests).
+//! - [`ReadEvent`], [`GetOutcome`], [`OriginOutcome`], [`ReadOutcome`].
 //! - [`ReadTimer`]: the kinds of deadline a read keeps (its timer table is data).
-//! - [`lookup`]: [`LookupPeer`], a lookup's peer with its optional per-key load hint.
-//! - [`hedge`]: [`HedgeEstimator`], the optional adaptive hedge delay.
+//! - [`LookupPeer`], a lookup's peer with its optional per-key load hint.
+//! - [`HedgeEstimator`], the optional adaptive hedge delay.
 
 mod candidates;
-pub mod choice;
-pub mod config;
-pub mod hedge;
-pub mod lookup;
+mod choice;
+mod config;
+mod hedge;
+mod lookup;
 mod machine;
-pub mod outcome;
+mod outcome;
 mod timers;
-pub mod view;
+mod view;
 
-pub use choice::{ChoiceOption, CustomChoice, Scoring, Spread};
+pub use choice::{ChoiceOption, CustomChoice, Spread};
 pub use config::{
-    Absence, HedgeRule, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT,
-    MAX_REFUSAL_COOLDOWN,
+    Absence, HedgeRule, ReadConfig, ReadConfigError, DEFAULT_GET_TIMEOUT, DEFAULT_HEDGE_DELAY,
+    DEFAULT_LOOKUP_TIMEOUT, DEFAULT_MAX_PLAIN_RETRIES, DEFAULT_MAX_REFUSAL_WAITS,
+    DEFAULT_ORIGIN_TIMEOUT, DEFAULT_RETRY_DELAY, MAX_CANDIDATES, MAX_CLOSE_GROUP_SIZE,
+    MAX_GETS_IN_FLIGHT, MAX_PLAIN_RETRIES_LIMIT, MAX_REFUSAL_COOLDOWN, MAX_REFUSAL_WAITS_LIMIT,
 };
-pub use hedge::HedgeEstimator;
+pub use hedge::{
+    HedgeEstimator, DEFAULT_HEDGE_FLOOR, DEFAULT_HEDGE_QUANTILE_PERMILLE, HEDGE_MIN_SAMPLES,
+    HEDGE_WINDOW,
+};
 pub use lookup::LookupPeer;
 pub use machine::{Read, ReadStats, MAX_SKIPPED};
 pub use outcome::{GetId, GetOutcome, OriginOutcome, ReadEvent, ReadOutcome};
 pub use timers::ReadTimer;
-pub use view::{PeerView, StaticView};
+pub use view::PeerView;

@@ -6,12 +6,15 @@
 //! (answering the peer's first request, never speaking first), never accept and stay
 //! silent.
 
-pub mod admission;
-pub mod connection;
-pub mod relay;
+mod admission;
+mod connection;
+mod relay;
 
 pub use admission::{
     Admission, AdmissionConfig, AdmissionConfigError, RateLimit, RequestTicket, SessionTicket,
+    DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_BYTES_PER_SOURCE, DEFAULT_MAX_REQUESTS,
+    DEFAULT_MAX_REQUESTS_PER_SESSION, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_SOURCE,
+    DEFAULT_MAX_TRACKED_SOURCES, DEFAULT_RETRY_AFTER,
 };
 pub use connection::{
     RequestId, RequestRejection, RosterCaller, ServerConfig, ServerConfigError, ServerConnection,
@@ -19,4 +22,7 @@ pub use connection::{
     DEFAULT_LINGER, DEFAULT_REFUSAL_HEAD_TIMEOUT, DEFAULT_SEND_TIMEOUT, DEFAULT_SOURCE_TIMEOUT,
     MAX_REFUSAL_HEAD_BYTES,
 };
-pub use relay::{Decline, OriginIdentity, RelayConfig, TrustOrigin};
+pub use relay::{
+    Decline, OriginIdentity, RelayConfig, TrustOrigin, DEFAULT_MAX_BLOCK_INDEX, DEFAULT_MAX_HOP,
+    MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX,
+};

@@ -112,7 +112,7 @@ pub enum Decline {
 
 /// Step 1, for a request carrying `X-DART-Origin`: decline before any cache or upstream
 /// access if the index is out of range or the key disagrees with the origin.
-pub fn screen(
+pub(crate) fn screen(
     config: &RelayConfig,
     identity: &dyn OriginIdentity,
     origin: &str,
@@ -133,7 +133,7 @@ pub fn screen(
 
 /// Step 2, after a local miss of a request carrying `X-DART-Origin`: relay with the
 /// returned hop (one higher), or decline at or past the bound.
-pub fn on_miss(config: &RelayConfig, hop: u32) -> Result<u32, Decline> {
+pub(crate) fn on_miss(config: &RelayConfig, hop: u32) -> Result<u32, Decline> {
     if hop >= config.max_hop {
         return Err(Decline::HopBound {
             hop,

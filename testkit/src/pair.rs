@@ -26,17 +26,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::client::{
+use peerblock_core::client::{
     ClientConfig, ClientEvent, Connection, ConnectionFate, Exchange, ExchangeConfigError,
     ExchangeOutcome, ExchangeRequest, Link,
 };
-use crate::roster::{Membership, RosterMember};
-use crate::server::{
+use peerblock_core::roster::{Membership, RosterMember};
+use peerblock_core::server::{
     Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
     SourceRequest, SourceResult,
 };
-use crate::time::{Duration, Instant};
-use crate::wire::BlockPath;
+use peerblock_core::time::{Duration, Instant};
+use peerblock_core::wire::BlockPath;
 
 /// When and how the application answers a source request: `Some((delay, result))`, or
 /// `None` to never answer (a stalled source).
@@ -219,7 +219,7 @@ impl<B: BlockSource> Pair<B> {
             server_config: Arc::new(server),
             admission: Admission::new(admission).expect("valid admission config"),
             source,
-            membership: Membership::new(me, 1, crate::roster::MAX_ROSTER_MEMBERS - 1)
+            membership: Membership::new(me, 1, peerblock_core::roster::MAX_ROSTER_MEMBERS - 1)
                 .expect("valid server identity"),
             dial: Dial::Connect(Duration::ZERO),
             source_id: 1,

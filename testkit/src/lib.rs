@@ -1,0 +1,21 @@
+//! # peerblock-testkit
+//!
+//! What peerblock's tests, its simulator and every driver's conformance suite share, kept
+//! out of `peerblock-core`'s public API:
+//!
+//! - [`pair`]: an in-memory client ↔ server pair of the real exchange machines on a
+//!   virtual clock (quinn-proto's test `Pair` shape);
+//! - [`StaticView`]: a plain, explicit [`PeerView`](peerblock_core::read::PeerView) for
+//!   tests of the read machine;
+//! - [`breaker_doc`]: the breaker's transition table rendered for `docs/breaker.md`.
+//!
+//! Depending on this crate turns on core's `diagnostics` feature (for example
+//! `Breaker::eviction_order`), which tests use to look inside a machine.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod breaker_doc;
+pub mod pair;
+mod view;
+
+pub use view::StaticView;
