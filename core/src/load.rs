@@ -37,8 +37,8 @@ use crate::timed::TimedMap;
 /// transfer of a few MiB takes about a second on a browser link, so an old hint mostly
 /// says whether the holder is generally busy, not what it is doing now; the linear decay
 /// lets fresh hints dominate. Shorter horizons leave too few live hints for a client that
-/// hears from each holder only now and then (the simulator's replay, busiest node's bytes
-/// against uniform: 1 s −6 %, 5 s −9 %, 10 s −12 %, 30 s −11 %; see docs/read.md).
+/// hears from each holder only now and then (docs/read.md has the replay's figures for
+/// each horizon).
 pub const DEFAULT_LOAD_HORIZON: Duration = Duration::from_secs(10);
 
 /// Default number of peers with a remembered load: the same 4096 as the cooldown table
@@ -165,9 +165,8 @@ impl<K: Ord + Clone> LoadTable<K> {
 /// Default half-life of a [`KeyCounter`]'s counts: 30 s. A hot record's first reads come
 /// in bursts (a page load: tens of clients within seconds), so the count should cover a
 /// burst and forget one a few minutes old; with 30 s it is about 43 s worth of requests.
-/// The simulator's replay measured 10 s, 30 s, 2 min and 10 min within noise of each
-/// other on the per-block busiest share (docs/read.md), so the choice follows the
-/// reasoning rather than a measured optimum.
+/// Longer and shorter half-lives did no better in the simulator's replay (docs/read.md),
+/// so the choice follows this reasoning.
 pub const DEFAULT_KEY_HALF_LIFE: Duration = Duration::from_secs(30);
 
 /// Default number of keys a [`KeyCounter`] remembers: a node serves a handful of hot

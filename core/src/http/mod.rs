@@ -108,6 +108,35 @@ pub enum Version {
     Http11,
 }
 
+/// How an httparse head parse opened, shared by the request and response decoders: the
+/// head's length, not yet a whole head, or httparse's verdict against it.
+pub(crate) enum HeadOpening {
+    /// A complete head of this many bytes.
+    Complete(usize),
+    /// Not complete yet, and the window is still below the head bound: wait for more.
+    Partial,
+    /// Not complete within the head bound: the peer's head is too large.
+    TooLarge,
+    /// httparse rejected the head.
+    Invalid(httparse::Error),
+}
+
+/// Classifies one httparse result over a `window` of `window_len` bytes under a head
+/// bound of `max` bytes. Each decoder maps the outcome onto its own typed errors.
+#[inline(always)]
+pub(crate) fn open_head(
+    parsed: Result<httparse::Status<usize>, httparse::Error>,
+    window_len: usize,
+    max: usize,
+) -> HeadOpening {
+    match parsed {
+        Ok(httparse::Status::Complete(n)) => HeadOpening::Complete(n),
+        Ok(httparse::Status::Partial) if window_len >= max => HeadOpening::TooLarge,
+        Ok(httparse::Status::Partial) => HeadOpening::Partial,
+        Err(e) => HeadOpening::Invalid(e),
+    }
+}
+
 /// A byte range of a head, stored instead of a `Bytes` per field so decoding a head costs
 /// one reference count, not one per field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

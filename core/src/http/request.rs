@@ -7,8 +7,8 @@ use bytes::Bytes;
 use super::error::RequestError;
 use super::recv::RecvBuf;
 use super::{
-    connection_options, has_bare_lf, parse_content_length, Span, Version, MAX_REQUEST_HEADERS,
-    MAX_REQUEST_HEAD_BYTES, REQUEST_BUFFER_BYTES,
+    connection_options, has_bare_lf, open_head, parse_content_length, HeadOpening, Span, Version,
+    MAX_REQUEST_HEADERS, MAX_REQUEST_HEAD_BYTES, REQUEST_BUFFER_BYTES,
 };
 use crate::wire::{self, BlockPath, ChunkKey, Hop, HopError, PathError, Status};
 
@@ -333,8 +333,8 @@ impl RequestDecoder {
     /// Decodes the next complete request, if one is buffered.
     // Inlined (like `decode_slice` and `Request::route`) so the decoded request is built
     // where the caller keeps it, mostly in registers: returned through memory, its small
-    // field stores were read back by wide copies and stalled on store forwarding, which
-    // measured at a fifth of the whole decode.
+    // field stores were read back by wide copies and stalled on store forwarding
+    // (docs/benchmarks.md has the figures).
     #[inline(always)]
     pub fn decode(&mut self) -> Result<Option<Request>, RequestError> {
         match self.state {
@@ -415,20 +415,18 @@ fn parse(window: &[u8]) -> Result<Option<(usize, Decoded)>, RequestError> {
         window,
         &mut headers,
     );
-    let head_len = match parsed {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            if window.len() >= MAX_REQUEST_HEAD_BYTES {
-                return Err(RequestError::HeadTooLarge {
-                    limit: MAX_REQUEST_HEAD_BYTES,
-                });
-            }
-            return Ok(None);
+    let head_len = match open_head(parsed, window.len(), MAX_REQUEST_HEAD_BYTES) {
+        HeadOpening::Complete(n) => n,
+        HeadOpening::Partial => return Ok(None),
+        HeadOpening::TooLarge => {
+            return Err(RequestError::HeadTooLarge {
+                limit: MAX_REQUEST_HEAD_BYTES,
+            })
         }
-        Err(httparse::Error::Version) if !names_a_version(window) => {
+        HeadOpening::Invalid(httparse::Error::Version) if !names_a_version(window) => {
             return Err(RequestError::MalformedRequestLine)
         }
-        Err(e) => return Err(map_parse_error(e)),
+        HeadOpening::Invalid(e) => return Err(map_parse_error(e)),
     };
     let head = &window[..head_len];
     let method = req

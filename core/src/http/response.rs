@@ -8,9 +8,9 @@ use super::chunked::ChunkedDecoder;
 use super::error::{ChunkedError, LengthError, ResponseError, UsageError};
 use super::recv::RecvBuf;
 use super::{
-    connection_options, has_bare_lf, parse_content_length, Span, Version, MAX_ERROR_BODY_BYTES,
-    MAX_INFORMATIONAL_RESPONSES, MAX_RESPONSE_HEADERS, MAX_RESPONSE_HEAD_BYTES, READ_WINDOW_BYTES,
-    RESPONSE_BUFFER_BYTES,
+    connection_options, has_bare_lf, open_head, parse_content_length, HeadOpening, Span, Version,
+    MAX_ERROR_BODY_BYTES, MAX_INFORMATIONAL_RESPONSES, MAX_RESPONSE_HEADERS,
+    MAX_RESPONSE_HEAD_BYTES, READ_WINDOW_BYTES, RESPONSE_BUFFER_BYTES,
 };
 use crate::time::Duration;
 
@@ -429,20 +429,16 @@ impl ResponseDecoder {
             window,
             &mut headers,
         );
-        let head_len = match parsed {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) => {
-                if window.len() >= MAX_RESPONSE_HEAD_BYTES {
-                    return Err(ResponseError::HeadTooLarge {
-                        limit: MAX_RESPONSE_HEAD_BYTES,
-                    });
-                }
-                if self.eof {
-                    return Err(ResponseError::Truncated);
-                }
-                return Ok(HeadOutcome::Partial);
+        let head_len = match open_head(parsed, window.len(), MAX_RESPONSE_HEAD_BYTES) {
+            HeadOpening::Complete(n) => n,
+            HeadOpening::TooLarge => {
+                return Err(ResponseError::HeadTooLarge {
+                    limit: MAX_RESPONSE_HEAD_BYTES,
+                })
             }
-            Err(e) => {
+            HeadOpening::Partial if self.eof => return Err(ResponseError::Truncated),
+            HeadOpening::Partial => return Ok(HeadOutcome::Partial),
+            HeadOpening::Invalid(e) => {
                 return Err(match e {
                     httparse::Error::HeaderName | httparse::Error::HeaderValue => {
                         ResponseError::MalformedHeader
