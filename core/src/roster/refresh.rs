@@ -280,7 +280,8 @@ pub enum RefreshEvent {
         /// The address to ask.
         addr: String,
         /// The id the table lists at `addr` (whose breaker the fetch's outcome is
-        /// recorded against); `None` for a seed, known only by its address.
+        /// recorded against); `None` for a seed, known only by its address (it has no id,
+        /// and so no breaker entry, until it answers).
         member: Option<String>,
     },
     /// Stop the fetch to `addr` (cancel its exchange): it was abandoned at its
