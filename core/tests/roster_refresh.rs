@@ -612,3 +612,115 @@ fn config_errors_name_the_field() {
         assert_eq!(config.validate(), Err(err));
     }
 }
+
+/// One step of an arbitrary driver.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Advance the clock by this many seconds, then `handle_timeout` (often early).
+    Wait(u64),
+    /// End the `n`-th outstanding fetch (modulo their count): with a roster teaching
+    /// `teach` new members if `ok`, else as failed.
+    Answer { n: usize, ok: bool, teach: u8 },
+    /// An answer from an address never asked.
+    Stranger,
+    /// `cancel(now)`.
+    Cancel,
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        6 => (0u64..50).prop_map(Step::Wait),
+        6 => (any::<usize>(), any::<bool>(), 0u8..4)
+            .prop_map(|(n, ok, teach)| Step::Answer { n, ok, teach }),
+        1 => Just(Step::Stranger),
+        1 => Just(Step::Cancel),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 300, ..Default::default() })]
+
+    /// Under any driver that follows the contract (drains after every input), the events
+    /// describe a consistent set of outstanding fetches: a `Fetch` never names our address
+    /// or one already outstanding, a `Cancel` only names an outstanding one, the set never
+    /// exceeds `max_in_flight`, and the deadline after `handle_timeout(now)` is past `now`.
+    #[test]
+    fn events_keep_outstanding_fetches_distinct_bounded_and_never_ourselves(
+        seed in proptest::prelude::any::<u64>(),
+        fanout in 1usize..4,
+        max_in_flight in 3usize..6,
+        steps in proptest::collection::vec(step(), 1..80),
+    ) {
+        let mut t = table_with(3);
+        let config = RefreshConfig {
+            fanout,
+            max_in_flight,
+            fetch_timeout: Duration::from_secs(45),
+            ..seeds(&[MY_ADDR, "s1:7070", "s2:7070"])
+        };
+        let mut r = Refresh::new(T0, config, seed).unwrap();
+        let mut now = T0;
+        let mut outstanding: Vec<String> = Vec::new();
+        let mut learned = 0u32;
+        for s in steps {
+            let waited = matches!(s, Step::Wait(_));
+            match s {
+                Step::Wait(secs) => {
+                    now = now + Duration::from_secs(secs);
+                    r.handle_timeout(now, &t);
+                }
+                Step::Answer { n, ok, teach } if !outstanding.is_empty() => {
+                    let addr = outstanding.remove(n % outstanding.len());
+                    let ending = if ok {
+                        let mut members = vec![(format!("id-{addr}"), addr.clone())];
+                        for _ in 0..teach {
+                            learned += 1;
+                            members.push((format!("n{learned}"), format!("n{learned}:7070")));
+                        }
+                        Ending::Roster(RosterAnswer {
+                            roster: Roster {
+                                epoch: 1,
+                                members: members.iter().map(|(i, a)| member(i, a)).collect(),
+                            },
+                            responder: Some(format!("id-{addr}")),
+                        })
+                    } else {
+                        Ending::Failed(ExchangeError::RequestTimeout(Duration::from_secs(30)))
+                    };
+                    let got = r.handle_answer(now, &addr, &ending, &mut t);
+                    proptest::prop_assert_ne!(got, AnswerOutcome::Ignored);
+                }
+                Step::Answer { .. } => {}
+                Step::Stranger => {
+                    let got = r.handle_answer(now, "stranger:1", &Ending::Miss, &mut t);
+                    proptest::prop_assert_eq!(got, AnswerOutcome::Ignored);
+                }
+                Step::Cancel => r.cancel(now),
+            }
+            while let Some(e) = r.poll_event() {
+                match e {
+                    RefreshEvent::Fetch { addr, .. } => {
+                        proptest::prop_assert_ne!(&addr, MY_ADDR);
+                        proptest::prop_assert!(!outstanding.contains(&addr), "{} twice", addr);
+                        outstanding.push(addr);
+                    }
+                    RefreshEvent::Cancel { addr } => {
+                        let pos = outstanding.iter().position(|a| *a == addr);
+                        proptest::prop_assert!(pos.is_some(), "cancel of {} not outstanding", addr);
+                        outstanding.remove(pos.unwrap());
+                    }
+                }
+            }
+            proptest::prop_assert!(outstanding.len() <= max_in_flight);
+            proptest::prop_assert_eq!(outstanding.len(), r.fetches_in_flight());
+            if let (true, Some(d)) = (waited, r.poll_timeout()) {
+                proptest::prop_assert!(d.at > now, "{:?} not past {:?}", d, now);
+            }
+            if r.is_finished() {
+                proptest::prop_assert!(outstanding.is_empty());
+                proptest::prop_assert_eq!(r.poll_timeout(), None);
+            }
+        }
+    }
+}
