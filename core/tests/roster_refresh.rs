@@ -667,7 +667,7 @@ proptest::proptest! {
             let waited = matches!(s, Step::Wait(_));
             match s {
                 Step::Wait(secs) => {
-                    now = now + Duration::from_secs(secs);
+                    now += Duration::from_secs(secs);
                     r.handle_timeout(now, &t);
                 }
                 Step::Answer { n, ok, teach } if !outstanding.is_empty() => {
