@@ -40,11 +40,19 @@
 //! [`RosterBuildError`] for a roster this node is about to send (our own misuse).
 //!
 //! [`Membership`] is the bounded table a node keeps; its merge and epoch rules are
-//! documented on the type.
+//! documented on the type. [`Refresh`] is the machine that decides when the node fetches
+//! rosters and from whom (seeds, then random members), so no driver invents its own loop.
 
 mod decode;
+mod refresh;
 mod table;
 
+pub use refresh::{
+    AnswerOutcome, Refresh, RefreshConfig, RefreshConfigError, RefreshEvent, RefreshStats,
+    RefreshTimer, DEFAULT_MAX_REFRESH_IN_FLIGHT, DEFAULT_REFRESH_FANOUT,
+    DEFAULT_REFRESH_FETCH_TIMEOUT, DEFAULT_REFRESH_INTERVAL, DEFAULT_REFRESH_JITTER,
+    MAX_REFRESH_FANOUT, MAX_REFRESH_INTERVAL, MAX_REFRESH_IN_FLIGHT, MAX_REFRESH_SEEDS,
+};
 pub use table::{Membership, MergeReport};
 
 use serde::Serialize;
