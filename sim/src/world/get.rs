@@ -175,7 +175,11 @@ impl World<'_> {
 
     pub(super) fn dial_arrive(&mut self, g: Handle) {
         let now = self.now;
-        let Some((get, m)) = self.gets.get(g).and_then(|get| Some((get, get.modelled()?))) else {
+        let Some((get, m)) = self
+            .gets
+            .get(g)
+            .and_then(|get| Some((get, get.modelled()?)))
+        else {
             return;
         };
         let (r, n, conn) = (get.reader, get.node, m.conn);
@@ -259,7 +263,11 @@ impl World<'_> {
 
     pub(super) fn request_arrive(&mut self, g: Handle) {
         let now = self.now;
-        let Some((get, m)) = self.gets.get(g).and_then(|get| Some((get, get.modelled()?))) else {
+        let Some((get, m)) = self
+            .gets
+            .get(g)
+            .and_then(|get| Some((get, get.modelled()?)))
+        else {
             return;
         };
         let (r, n, block, bytes, reserved, epoch, conn) = (

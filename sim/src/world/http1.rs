@@ -385,10 +385,8 @@ impl World<'_> {
                     return;
                 };
                 let ow = self.latency.one_way(r, n);
-                self.queue.push(
-                    now + ow,
-                    wire(Segment::fin_to_client(Some(g), r, n, conn)),
-                );
+                self.queue
+                    .push(now + ow, wire(Segment::fin_to_client(Some(g), r, n, conn)));
             }
             return;
         }
@@ -477,7 +475,14 @@ impl World<'_> {
                 if reachable {
                     queue.push(
                         now + ow,
-                        wire(Segment::data_to_client(get, r, n, conn, tx.head.clone(), false)),
+                        wire(Segment::data_to_client(
+                            get,
+                            r,
+                            n,
+                            conn,
+                            tx.head.clone(),
+                            false,
+                        )),
                     );
                 }
                 if tx.status == Some(200) && !tx.body.is_empty() {
@@ -739,7 +744,8 @@ impl World<'_> {
     /// releases the permit.
     pub(super) fn http_cancel(&mut self, h: &mut HttpGet, r: u32, n: u32) {
         h.exchange.cancel(self.now);
-        let _ = h.exchange.poll_event();
+        // Its `Done(Cancelled)` is nobody's business: the read asked for the cancel.
+        while h.exchange.poll_event().is_some() {}
         if let Some(id) = h.conn.take() {
             self.http_client_close(r, n, id);
         }
@@ -792,6 +798,7 @@ impl std::fmt::Debug for ServerSide {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::GetResult;
     use crate::scenario::Scenario;
     use crate::trace::Trace;
 

@@ -2,12 +2,13 @@
 //! time.
 //!
 //! Each block read is a [`peerblock_core::read::Read`]; each reader owns one
-//! [`peerblock_core::cooldown::CooldownTable`] and one [`peerblock_core::breaker::Breaker`]
-//! shared by all its reads and answers the read machine's `PeerView` questions from them.
+//! [`peerblock_core::client::Peers`] (breaker, cooldown table, load table, GETs in flight)
+//! shared by all its reads, which answers the read machine's `PeerView` questions.
 //! The simulator plays the driver: it answers `Lookup` from the placement it knows and
 //! carries each `Get` to a node. On peerblock's HTTP/1.1 arms that is a real client
-//! `Exchange` talking real bytes to a real `ServerConnection` at the node (module `http1`,
-//! over the simulated network of module `stream`, answered by module `node_app`);
+//! `Exchange` talking real bytes to a real `ServerConnection` at the node: module `http1`
+//! drives the machines (through `peerblock_testkit::pump`) over the simulated byte-stream
+//! network of module `stream`, and module `node_app` is what a node answers;
 //! on the reference's multiplexed arms it is the node model (dial → session admission →
 //! request admission → upload queue → response), whose ending is classified the way a
 //! client would.
