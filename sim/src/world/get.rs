@@ -115,7 +115,7 @@ impl World<'_> {
         }
     }
 
-    /// `start_get` on the HTTP path: the GET is a real client exchange (see `http`).
+    /// `start_get` on the HTTP path: the GET is a real client exchange (see `http1`).
     #[allow(clippy::too_many_arguments)]
     fn start_http_get(
         &mut self,
