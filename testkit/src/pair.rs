@@ -143,7 +143,8 @@ pub struct PairStats {
     pub served_bodies: Vec<Bytes>,
     /// Validator invocations.
     pub validations: u32,
-    /// [`ClientEvent::Head`](peerblock_core::client::ClientEvent::Head)s the client emitted (response heads that arrived).
+    /// [`ClientEvent::Head`](peerblock_core::client::ClientEvent::Head)s the client emitted
+    /// (response heads that arrived).
     pub heads: u32,
     /// Connections dialed.
     pub dials: u32,
