@@ -5,6 +5,10 @@
 //!
 //! - [`pair`]: an in-memory client ↔ server pair of the real exchange machines on a
 //!   virtual clock (quinn-proto's test `Pair` shape);
+//! - [`pump`]: the driver-side loops of the driving contract around a `ServerConnection`
+//!   and an `Exchange` (feed bytes, drain events and transmits, acknowledge, arm timers),
+//!   independent of any socket or event loop; the simulator drives its HTTP/1.1 path
+//!   through them;
 //! - [`StaticView`]: a plain, explicit [`PeerView`](peerblock_core::read::PeerView) for
 //!   tests of the read machine;
 //! - [`breaker_doc`]: the breaker's transition table rendered for `docs/breaker.md`.
@@ -16,6 +20,7 @@
 
 pub mod breaker_doc;
 pub mod pair;
+pub mod pump;
 mod view;
 
 pub use view::StaticView;

@@ -20,6 +20,12 @@
 //!
 //! Time moves only in [`Pair::run`], and only to the earliest of the machines'
 //! `poll_timeout`s and the harness's own scheduled happenings.
+//!
+//! The machines are driven through the same pumps as the simulator's
+//! ([`crate::pump`]): `poll_exchange` for the client's transmits, validation and events,
+//! `poll_server` for the server's events (the application answers a zero-delay source
+//! reply and a roster at once, a delayed one later) and transmits, each acknowledged as
+//! soon as the in-memory wire took it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -27,8 +33,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use peerblock_core::client::{
-    ClientConfig, ClientEvent, Connection, ConnectionFate, Exchange, ExchangeConfigError,
-    ExchangeOutcome, ExchangeRequest, Link,
+    ClientConfig, Connection, ConnectionFate, Exchange, ExchangeConfigError, ExchangeOutcome,
+    ExchangeRequest, Link,
 };
 use peerblock_core::roster::{Membership, RosterMember};
 use peerblock_core::server::{
@@ -37,6 +43,8 @@ use peerblock_core::server::{
 };
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::BlockPath;
+
+use crate::pump::{self, Answer, ClientStep, Written};
 
 /// When and how the application answers a source request: `Some((delay, result))`, or
 /// `None` to never answer (a stalled source).
@@ -135,7 +143,8 @@ pub struct PairStats {
     pub served_bodies: Vec<Bytes>,
     /// Validator invocations.
     pub validations: u32,
-    /// [`ClientEvent::Head`]s the client emitted (response heads that arrived).
+    /// [`ClientEvent::Head`](peerblock_core::client::ClientEvent::Head)s the client emitted
+    /// (response heads that arrived).
     pub heads: u32,
     /// Connections dialed.
     pub dials: u32,
@@ -461,21 +470,36 @@ impl<B: BlockSource> Pair<B> {
                     c.handle_eof(now);
                     progress = true;
                 }
-                while let Some(event) = c.poll_event() {
-                    progress = true;
-                    match event {
-                        ClientEvent::Head { .. } => self.stats.heads += 1,
-                        ClientEvent::Validate { body } => {
-                            self.stats.validations += 1;
-                            let ok = (self.validator)(&body);
-                            c.handle_validated(now, ok);
+                let (stats, validator) = (&mut self.stats, &mut self.validator);
+                let to_server = &mut self.to_server;
+                loop {
+                    let step = pump::poll_exchange(
+                        now,
+                        c,
+                        |body| {
+                            stats.validations += 1;
+                            progress = true;
+                            validator(body)
+                        },
+                        |t| {
+                            stats.wire_to_server += (t.head.len() + t.body.len()) as u64;
+                            to_server.extend(t.head.iter().chain(t.body.iter()));
+                            Written::All
+                        },
+                    );
+                    match step {
+                        Some(ClientStep::Head { .. }) => {
+                            stats.heads += 1;
+                            progress = true;
                         }
-                        ClientEvent::Done(outcome) => {
+                        Some(ClientStep::Done(outcome)) => {
                             if outcome.connection == ConnectionFate::Reuse {
                                 self.pooled = c.take_connection();
                             }
                             self.outcome = Some(outcome);
+                            progress = true;
                         }
+                        None => break,
                     }
                 }
             }
@@ -521,68 +545,52 @@ impl<B: BlockSource> Pair<B> {
             s.handle_admission(now, &mut self.admission);
             progress = true;
         }
-        while let Some(event) = s.poll_event() {
+        // The application: the block source answers now (a zero delay) or later (a
+        // scheduled happening), the membership table answers rosters at once.
+        let (source, membership) = (&mut self.source, &mut self.membership);
+        let (scheduled, seq) = (&mut self.scheduled, &mut self.seq);
+        let mut app = |now: Instant, event: ServerEvent| {
             progress = true;
-            match event {
-                ServerEvent::Fetch { id, request } => {
-                    if let Some((delay, result)) = self.source.fetch(now, &request) {
-                        self.seq += 1;
-                        self.scheduled.push((
-                            now + delay,
-                            self.seq,
-                            Happening::Answer { id, result },
-                        ));
-                    }
-                }
-                ServerEvent::Relay { id, request } => {
-                    if let Some((delay, result)) = self.source.relay(now, &request) {
-                        self.seq += 1;
-                        self.scheduled.push((
-                            now + delay,
-                            self.seq,
-                            Happening::Answer { id, result },
-                        ));
-                    }
-                }
+            let (id, reply) = match event {
+                ServerEvent::Fetch { id, request } => (id, source.fetch(now, &request)),
+                ServerEvent::Relay { id, request } => (id, source.relay(now, &request)),
                 ServerEvent::Roster { id, caller } => {
                     if let Some(caller) = caller {
-                        let _ = self.membership.learn(now, &caller.id, &caller.addr);
+                        let _ = membership.learn(now, &caller.id, &caller.addr);
                     }
-                    let snapshot = self.membership.snapshot();
-                    let _ = s.handle_roster(now, id, &snapshot);
+                    return Some(Answer::Roster(id, membership.snapshot()));
                 }
-                ServerEvent::Rejected { .. } | ServerEvent::SourceTimedOut { .. } => {}
+                ServerEvent::Rejected { .. } | ServerEvent::SourceTimedOut { .. } => return None,
+            };
+            match reply? {
+                (delay, result) if delay == Duration::ZERO => Some(Answer::Source(id, result)),
+                (delay, result) => {
+                    *seq += 1;
+                    scheduled.push((now + delay, *seq, Happening::Answer { id, result }));
+                    None
+                }
             }
-        }
-        // Zero-delay answers are due now.
-        self.scheduled.sort_by_key(|(t, seq, _)| (*t, *seq));
-        while self
-            .scheduled
-            .first()
-            .is_some_and(|(t, _, h)| *t <= now && matches!(h, Happening::Answer { .. }))
-        {
-            let (_, _, what) = self.scheduled.remove(0);
-            if let Happening::Answer { id, result } = what {
-                let _ = s.handle_source(now, &mut self.admission, id, result);
-                progress = true;
-            }
-        }
-        while let Some(t) = s.poll_transmit(now) {
-            progress = true;
+        };
+        let (stats, to_client) = (&mut self.stats, &mut self.to_client);
+        let server_closed = &mut self.server_closed;
+        let mut wrote = false;
+        pump::poll_server(now, s, &mut self.admission, &mut app, |_, t| {
+            wrote = true;
             let len = t.head.len() + t.body.len();
-            self.stats.wire_to_client += len as u64;
-            self.to_client.extend(t.head.iter());
-            self.to_client.extend(t.body.iter());
+            stats.wire_to_client += len as u64;
+            to_client.extend(t.head.iter());
+            to_client.extend(t.body.iter());
             if !t.body.is_empty() {
-                self.stats.served_bodies.push(t.body.clone());
+                stats.served_bodies.push(t.body.clone());
             }
-            s.handle_transmitted(now, &mut self.admission);
             if t.close.ends_connection() {
                 // Half-closed (or closed): the client reads to EOF; a lingering server
                 // keeps discarding input until it finishes.
-                self.server_closed = true;
+                *server_closed = true;
             }
-        }
+            Written::All
+        });
+        progress |= wrote;
         if s.is_finished() {
             if let Some(mut s) = self.server.take() {
                 s.close(now, &mut self.admission);

@@ -1,7 +1,7 @@
 //! One GET: its start and end on both paths, and in between, on the multiplexed reference
 //! arms, the node model (dial, session admission, request admission, the upload queue, the
 //! response, and the client's classification of how it ended). The HTTP/1.1 arms' middle
-//! is in `http`.
+//! is in `http1`.
 
 use peerblock_core::client::{
     BreakerPath, ConnectionFate, CooldownEntry, Ending, ExchangeOutcome, GetTicket,
@@ -9,7 +9,7 @@ use peerblock_core::client::{
 use peerblock_core::read::{GetId, GetOutcome};
 use peerblock_core::time::{Duration, Instant};
 
-use super::{handle_of, tid, Ev, Get, Phase, Reply, World};
+use super::{handle_of, tid, Ev, Get, GetPath, Modelled, Phase, Reply, World};
 use crate::listener::Limit;
 use crate::metrics::GetResult;
 use crate::model::node::Health;
@@ -77,20 +77,21 @@ impl World<'_> {
             reader: r,
             node,
             block,
-            phase: if session {
-                Phase::Requested
-            } else {
-                Phase::Dialing
-            },
             admitted,
-            conn,
-            epoch,
-            reserved: reserve,
-            bytes,
-            ticket: None,
             dials: 1,
-            advertised: None,
-            http: None,
+            path: GetPath::Modelled(Modelled {
+                phase: if session {
+                    Phase::Requested
+                } else {
+                    Phase::Dialing
+                },
+                conn,
+                epoch,
+                reserved: reserve,
+                bytes,
+                ticket: None,
+                advertised: None,
+            }),
         });
         trace!(
             self.trace,
@@ -114,7 +115,7 @@ impl World<'_> {
         }
     }
 
-    /// `start_get` on the HTTP path: the GET is a real client exchange (see `http`).
+    /// `start_get` on the HTTP path: the GET is a real client exchange (see `http1`).
     #[allow(clippy::too_many_arguments)]
     fn start_http_get(
         &mut self,
@@ -127,29 +128,19 @@ impl World<'_> {
         admitted: GetTicket,
     ) {
         let now = self.now;
-        let bytes = self.s.block_bytes(block);
-        let epoch = self.nodes[node as usize].epoch;
-        // Only the identity, the admission and the dial count matter here: the node-model
-        // fields (phase, conn, epoch, reserved, bytes, ticket, advertised) belong to the
-        // modelled path, and the exchange and server machines keep their own state.
+        let exchange = self.http_open(r, node, block, true);
+        let reused = exchange.reuses_connection();
         let g = self.insert_get(Get {
             read: h,
             id,
             reader: r,
             node,
             block,
-            phase: Phase::Requested,
             admitted,
-            conn: 0,
-            epoch,
-            reserved: bytes,
-            bytes,
-            ticket: None,
             dials: 1,
-            advertised: None,
-            http: None,
+            path: GetPath::Http1(exchange),
         });
-        let reused = self.http_start(g, true);
+        self.http_launch(g);
         trace!(
             self.trace,
             now,
@@ -184,10 +175,14 @@ impl World<'_> {
 
     pub(super) fn dial_arrive(&mut self, g: Handle) {
         let now = self.now;
-        let Some(get) = self.gets.get(g) else {
+        let Some((get, m)) = self
+            .gets
+            .get(g)
+            .and_then(|get| Some((get, get.modelled()?)))
+        else {
             return;
         };
-        let (r, n, conn) = (get.reader, get.node, get.conn);
+        let (r, n, conn) = (get.reader, get.node, m.conn);
         let node = &mut self.nodes[n as usize];
         if !node.reachable() {
             return; // never answered: the dial timeout decides
@@ -198,9 +193,9 @@ impl World<'_> {
                 node.claim(r, conn);
                 let epoch = node.epoch;
                 let ow = self.latency.one_way(r, n);
-                if let Some(get) = self.gets.get_mut(g) {
-                    get.phase = Phase::Requested;
-                    get.epoch = epoch;
+                if let Some(m) = self.gets.get_mut(g).and_then(Get::modelled_mut) {
+                    m.phase = Phase::Requested;
+                    m.epoch = epoch;
                 }
                 // Handshake back to the reader, then the request out.
                 self.queue.push(now + ow * 2, Ev::RequestArrive { get: g });
@@ -268,17 +263,15 @@ impl World<'_> {
 
     pub(super) fn request_arrive(&mut self, g: Handle) {
         let now = self.now;
-        let Some(get) = self.gets.get(g) else {
+        let Some((get, m)) = self
+            .gets
+            .get(g)
+            .and_then(|get| Some((get, get.modelled()?)))
+        else {
             return;
         };
         let (r, n, block, bytes, reserved, epoch, conn) = (
-            get.reader,
-            get.node,
-            get.block,
-            get.bytes,
-            get.reserved,
-            get.epoch,
-            get.conn,
+            get.reader, get.node, get.block, m.bytes, m.reserved, m.epoch, m.conn,
         );
         let holds = self.content.holds(n, block);
         let ow = self.latency.one_way(r, n);
@@ -305,8 +298,8 @@ impl World<'_> {
         match node.begin_request(r, conn, now, reserved) {
             Ok(ticket) => {
                 node.uplink.start(now, tid(g), bytes);
-                if let Some(get) = self.gets.get_mut(g) {
-                    get.ticket = Some(ticket);
+                if let Some(m) = self.gets.get_mut(g).and_then(Get::modelled_mut) {
+                    m.ticket = Some(ticket);
                 }
                 self.reschedule_uplink(n);
                 self.advertise(g, n);
@@ -337,8 +330,8 @@ impl World<'_> {
     /// transfers node `n` has in progress now (including this response's own).
     pub(super) fn advertise(&mut self, g: Handle, n: u32) {
         let load = self.nodes[n as usize].uplink.active();
-        if let Some(get) = self.gets.get_mut(g) {
-            get.advertised = Some(load);
+        if let Some(m) = self.gets.get_mut(g).and_then(Get::modelled_mut) {
+            m.advertised = Some(load);
         }
     }
 
@@ -350,7 +343,10 @@ impl World<'_> {
             return;
         };
         let (r, n) = (get.reader, get.node);
-        if let Some(load) = get.advertised.take() {
+        let Some(m) = get.modelled_mut() else {
+            return;
+        };
+        if let Some(load) = m.advertised.take() {
             let peer = self.content.ids[n as usize];
             self.readers[r as usize].peers.record_load(now, peer, load);
         }
@@ -381,8 +377,12 @@ impl World<'_> {
             let Some(get) = self.gets.get_mut(g) else {
                 continue;
             };
-            let (r, bytes, conn) = (get.reader, get.bytes, get.conn);
-            let ticket = get.ticket.take();
+            let r = get.reader;
+            let Some(m) = get.modelled_mut() else {
+                continue;
+            };
+            let (bytes, conn) = (m.bytes, m.conn);
+            let ticket = m.ticket.take();
             let node = &mut self.nodes[n as usize];
             if let Some(ticket) = ticket {
                 node.finish_request(r, conn, now, ticket, self.idle);
@@ -402,23 +402,24 @@ impl World<'_> {
         self.reschedule_uplink(n);
     }
 
-    /// Releases whatever the node still holds for a GET that is ending early: its share
-    /// of the upload link and its request slot (unless a crash already wiped both).
-    pub(super) fn release_at_node(&mut self, g: Handle, get: &mut Get) {
-        let node = &mut self.nodes[get.node as usize];
-        if get.epoch != node.epoch {
+    /// Releases whatever node `n` still holds for reader `r`'s modelled GET `g` that is
+    /// ending early: its share of the upload link and its request slot (unless a crash
+    /// already wiped both).
+    fn release_at_node(&mut self, g: Handle, (r, n): (u32, u32), m: &mut Modelled) {
+        let node = &mut self.nodes[n as usize];
+        if m.epoch != node.epoch {
             return; // the crash already wiped the node's books; the ticket dies with them
         }
-        if get.phase != Phase::Dialing {
+        if m.phase != Phase::Dialing {
             // It had a connection assigned (reused, or its dial was accepted).
-            node.unclaim(get.reader, get.conn, self.now, self.idle);
+            node.unclaim(r, m.conn, self.now, self.idle);
         }
-        let Some(ticket) = get.ticket.take() else {
+        let Some(ticket) = m.ticket.take() else {
             return;
         };
         node.uplink.cancel(self.now, tid(g));
-        node.finish_request(get.reader, get.conn, self.now, ticket, self.idle);
-        self.reschedule_uplink(get.node);
+        node.finish_request(r, m.conn, self.now, ticket, self.idle);
+        self.reschedule_uplink(n);
     }
 
     /// Ends a GET of the modelled path with `result`: its ending, classified by the core
@@ -443,13 +444,12 @@ impl World<'_> {
         let Some(mut get) = self.gets.remove(g) else {
             return;
         };
-        // On the HTTP path the server machines keep the node's books (the exchange is
-        // already taken off the GET when it ends here); only the modelled path has node
-        // state to release.
-        if self.http.is_none() {
-            self.release_at_node(g, &mut get);
-        }
         let (r, n) = (get.reader, get.node);
+        // On the HTTP path the server machines keep the node's books; only the modelled
+        // path has node state to release.
+        if let GetPath::Modelled(m) = &mut get.path {
+            self.release_at_node(g, (r, n), m);
+        }
         let finished = self.readers[r as usize]
             .peers
             .finish(now, get.admitted, outcome);
@@ -487,9 +487,10 @@ impl World<'_> {
         let Some(mut get) = self.gets.remove(g) else {
             return;
         };
-        match get.http.take() {
-            Some(mut http) => self.http_cancel(&mut http, get.reader, get.node),
-            None => self.release_at_node(g, &mut get),
+        let (r, n) = (get.reader, get.node);
+        match &mut get.path {
+            GetPath::Http1(http) => self.http_cancel(http, r, n),
+            GetPath::Modelled(m) => self.release_at_node(g, (r, n), m),
         }
         // Not the peer's fault: the permit goes back as answered.
         self.readers[get.reader as usize]

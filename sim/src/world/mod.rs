@@ -2,11 +2,13 @@
 //! time.
 //!
 //! Each block read is a [`peerblock_core::read::Read`]; each reader owns one
-//! [`peerblock_core::cooldown::CooldownTable`] and one [`peerblock_core::breaker::Breaker`]
-//! shared by all its reads and answers the read machine's `PeerView` questions from them.
+//! [`peerblock_core::client::Peers`] (breaker, cooldown table, load table, GETs in flight)
+//! shared by all its reads, which answers the read machine's `PeerView` questions.
 //! The simulator plays the driver: it answers `Lookup` from the placement it knows and
 //! carries each `Get` to a node. On peerblock's HTTP/1.1 arms that is a real client
-//! `Exchange` talking real bytes to a real `ServerConnection` at the node (module `http`);
+//! `Exchange` talking real bytes to a real `ServerConnection` at the node: module `http1`
+//! drives the machines (through `peerblock_testkit::pump`) over the simulated byte-stream
+//! network of module `stream`, and module `node_app` is what a node answers;
 //! on the reference's multiplexed arms it is the node model (dial → session admission →
 //! request admission → upload queue → response), whose ending is classified the way a
 //! client would.
@@ -36,8 +38,10 @@ use crate::trace;
 use crate::trace::Trace;
 
 mod get;
-mod http;
+mod http1;
+mod node_app;
 mod read;
+mod stream;
 
 /// A progress callback: (downloads finished, downloads total, simulated seconds).
 pub type Progress = Box<dyn FnMut(u64, u64, f64)>;
@@ -111,6 +115,8 @@ enum Phase {
     Transferring,
 }
 
+/// One GET in flight: what both paths share (its read, its peer, the reader's admission of
+/// it) and the path-specific state ([`GetPath`]).
 #[derive(Debug)]
 struct Get {
     read: Handle,
@@ -118,10 +124,31 @@ struct Get {
     reader: u32,
     node: u32,
     block: u32,
-    phase: Phase,
     /// The reader's admission of this GET (breaker permit, in-flight count), settled
     /// when the GET ends or is cancelled.
     admitted: peerblock_core::client::GetTicket,
+    /// Dial transmissions so far (the first plus retransmits): a full silent node drops
+    /// dials on either path.
+    dials: u32,
+    /// How the GET travels.
+    path: GetPath,
+}
+
+/// The two ways a GET reaches a node.
+#[derive(Debug)]
+enum GetPath {
+    /// The reference's multiplexed arms: the node model (dial, session, request
+    /// admission, upload queue, response).
+    Modelled(Modelled),
+    /// peerblock's HTTP/1.1 arms (`network.transport = "http1"`): a real client
+    /// `Exchange` talking to a real `ServerConnection` (module `http1`).
+    Http1(Box<http1::HttpGet>),
+}
+
+/// The node model's state of a GET on the modelled (multiplexed) path.
+#[derive(Debug)]
+struct Modelled {
+    phase: Phase,
     /// The connection (session) it uses at the node.
     conn: u32,
     /// Node epoch when the request was admitted (a crash since then lost it).
@@ -132,14 +159,27 @@ struct Get {
     ticket: Option<peerblock_core::server::RequestTicket<u32>>,
     /// Response size.
     bytes: u64,
-    /// Dial transmissions so far (the first plus retransmits).
-    dials: u32,
     /// The load header of the response on its way back: the node's transfers in progress
     /// when it wrote the head. Heard by the reader when the head arrives.
     advertised: Option<u32>,
-    /// The HTTP path's exchange (`network.transport = "http1"`); `None` on the modelled
-    /// (multiplexed) path.
-    http: Option<Box<http::HttpGet>>,
+}
+
+impl Get {
+    /// The node model's state, if this GET is on the modelled path.
+    fn modelled(&self) -> Option<&Modelled> {
+        match &self.path {
+            GetPath::Modelled(m) => Some(m),
+            GetPath::Http1(_) => None,
+        }
+    }
+
+    /// The node model's state, mutably, if this GET is on the modelled path.
+    fn modelled_mut(&mut self) -> Option<&mut Modelled> {
+        match &mut self.path {
+            GetPath::Modelled(m) => Some(m),
+            GetPath::Http1(_) => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -221,7 +261,7 @@ enum Ev {
     Sample,
     /// Boxed: the HTTP path's events carry bytes, and the event heap moves entries on
     /// every push and pop.
-    Http(Box<http::HttpEv>),
+    Http(Box<http1::HttpEv>),
 }
 
 fn tid(h: Handle) -> u64 {
@@ -262,7 +302,7 @@ pub struct World<'s> {
     sample_every: Duration,
     idle: Duration,
     /// The HTTP path's machines (`Some` for `transport = "http1"`).
-    http: Option<http::Http>,
+    http: Option<http1::Http>,
     metrics: Metrics,
     trace: Trace,
 }
@@ -299,7 +339,7 @@ impl<'s> World<'s> {
             .map(|&n| {
                 let mut node = Node::new(n, rate, cap, &s.listener);
                 if !multiplexed {
-                    node.admission = Admission::scaled(&s.listener, http::BODY_SCALE);
+                    node.admission = Admission::scaled(&s.listener, node_app::BODY_SCALE);
                 }
                 node
             })
@@ -340,7 +380,7 @@ impl<'s> World<'s> {
             downloads_done: 0,
             sample_every,
             idle: Duration::from_secs(s.listener.session_idle_secs),
-            http: (!multiplexed).then(|| http::Http::new(s, &content)),
+            http: (!multiplexed).then(|| http1::Http::new(s, &content)),
             metrics: Metrics::new(nodes_n as usize, blocks as usize, r.rounds as usize),
             trace,
             content,
@@ -413,7 +453,8 @@ impl<'s> World<'s> {
                 if self
                     .gets
                     .get(get)
-                    .is_some_and(|g| g.phase == Phase::Dialing)
+                    .and_then(Get::modelled)
+                    .is_some_and(|m| m.phase == Phase::Dialing)
                 {
                     let d = Duration::from_millis(self.s.client.dial_timeout_ms);
                     let ending = Ending::Failed(ExchangeError::DialTimeout(d));
@@ -424,9 +465,9 @@ impl<'s> World<'s> {
             Ev::FirstByte { get } => {
                 self.hear_load(get);
                 self.get_progress(get);
-                if let Some(g) = self.gets.get_mut(get) {
-                    if g.phase == Phase::Requested {
-                        g.phase = Phase::Transferring;
+                if let Some(m) = self.gets.get_mut(get).and_then(Get::modelled_mut) {
+                    if m.phase == Phase::Requested {
+                        m.phase = Phase::Transferring;
                     }
                 }
             }
@@ -434,7 +475,8 @@ impl<'s> World<'s> {
                 if self
                     .gets
                     .get(get)
-                    .is_some_and(|g| g.phase == Phase::Requested)
+                    .and_then(Get::modelled)
+                    .is_some_and(|m| m.phase == Phase::Requested)
                 {
                     let d = Duration::from_millis(self.s.client.response_timeout_ms);
                     let ending = Ending::Failed(ExchangeError::ResponseHeaderTimeout(d));

@@ -1,65 +1,59 @@
-//! peerblock's HTTP/1.1 path (`network.transport = "http1"`): every GET runs through the
-//! real core machines, exchanging real encoded bytes over the simulated link.
+//! peerblock's HTTP/1.1 path (`network.transport = "http1"`), the simulator as a driver:
+//! every GET runs through the real core machines, exchanging real encoded bytes over the
+//! simulated network ([`super::stream`]), driven exactly as docs/architecture.md's driving
+//! contract says, through the generic pumps of [`peerblock_testkit::pump`]; what a node
+//! answers is the node application's ([`super::node_app`]).
 //!
 //! - The reader side of each GET is a [`peerblock_core::client::Exchange`]: it encodes the
 //!   request, runs the dial, response-header and request deadlines, applies the length
-//!   rules, sequences validation and classifies the ending. Its [`ExchangeOutcome`] goes to
-//!   the reader's `client::Peers` (`Peers::finish` with the GET's ticket), which records it
-//!   in the breaker, the cooldown table and the load table and gives the read its outcome.
-//!   The request is acknowledged as written as soon as it is sent (the simulated socket
-//!   takes every byte at once).
+//!   rules, sequences validation and classifies the ending. Its response head
+//!   (`ClientEvent::Head`) is the read machine's progress input for the GET
+//!   (`Read::handle_get_progress`), as it would be for a real driver. Its
+//!   [`ExchangeOutcome`] goes to the reader's `client::Peers` (`Peers::finish` with the
+//!   GET's ticket), which records it in the breaker, the cooldown table and the load table
+//!   and gives the read its outcome. The request is acknowledged as written as soon as it
+//!   is sent (the simulated socket takes every byte at once).
 //! - Each simulated TCP connection at a node is a [`ServerConnection`], accepted through
 //!   the node's real `server::Admission` (a full node's connection answers the reader's
 //!   request with the real 503 refusal bytes, then half-closes), which decodes the request,
 //!   validates and routes it, takes the request slot, reserves the response bytes and
-//!   frames the response; the status and refusal reason come from its `Transmit`. Its `Fetch` event is answered by
-//!   the node model: the block's body if the node holds it, a miss otherwise; a silent node
-//!   never answers.
-//! - Bytes cross the link after the one-way latency. A response head leaves when the server
-//!   emits it; a `200`'s body leaves when the node's upload link has carried the block's
-//!   **nominal** size (the bandwidth model decides transfer time, as for the reference
-//!   arms), and only then is the transmit acknowledged to the server machine.
-//! - Bodies are scaled: a block's body is its content token padded to 1/[`BODY_SCALE`] of
-//!   the nominal size, and the node's byte budgets are scaled the same way, so the server
-//!   machine's in-flight byte accounting admits exactly what it would for the real sizes.
+//!   frames the response; the status and refusal reason come from its `Transmit`.
+//! - A response head leaves when the server emits it; a `200`'s body leaves on the node's
+//!   upload link (a `stream::Transfer`), and only when the link has carried it is the
+//!   transmit acknowledged to the server machine ([`Written::Pending`], then
+//!   `handle_transmitted`).
 //! - Connections are reused the way the machines allow: an exchange that ends with
 //!   `ConnectionFate::Reuse` hands its connection to the reader's pool
 //!   (`take_connection`); a reused connection the server had already retired fails with
 //!   `retry_fresh` and the GET is retried once on a fresh dial. A server's idle timeout
 //!   closes the connection and the close reaches the reader one latency later.
+//! - Timers: one pending queue event per machine ([`Armed`]); a machine's earlier deadline
+//!   schedules a new one, a later one waits for the pending event to fire.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use peerblock_core::client::Exchange;
 use peerblock_core::client::{
-    BlockRequest, ClientConfig, ClientEvent, Connection, ConnectionFate, Deadlines, Ending,
-    ExchangeError, ExchangeOutcome, ExchangeRequest, Link, RequestTimeout,
+    BlockRequest, ClientConfig, Connection, ConnectionFate, Deadlines, Ending, ExchangeOutcome,
+    ExchangeRequest, Link, RequestTimeout,
 };
-use peerblock_core::server::{ServerConfig, ServerConnection, ServerEvent, SourceResult};
-use peerblock_core::time::{Duration, Instant};
+use peerblock_core::server::{ServerConfig, ServerConnection};
+use peerblock_core::time::Duration;
 use peerblock_core::wire::{BlockPath, ChunkKey};
+use peerblock_testkit::pump::{self, Armed, ClientStep, Written};
 
-use super::{Ev, World};
+use super::node_app::{self, Blocks, NodeApp};
+use super::stream::{ConnId, Net, Segment, Transfer};
+use super::{Ev, GetPath, World};
 use crate::listener::Limit;
-use crate::metrics::GetResult;
 use crate::model::content::Content;
 use crate::model::node::Health;
 use crate::scenario::{Scenario, WhenFull};
 use crate::slab::Handle;
 use crate::trace;
-
-/// Bodies and byte budgets on the HTTP path are 1/`BODY_SCALE` of their nominal size.
-///
-/// Carrying real 4 MiB bodies through the machines would cost a copy per response (tens
-/// of gigabytes per replay); the transfer *time* comes from the upload model anyway. Block
-/// sizes are whole KiB and budgets whole MiB, so dividing both by 1024 keeps every
-/// admission decision exact.
-pub const BODY_SCALE: u64 = 1024;
-
-/// A simulated connection's id (unique per run).
-pub(super) type ConnId = u64;
 
 /// The reader side of one GET on the HTTP path.
 #[derive(Debug)]
@@ -71,39 +65,24 @@ pub(super) struct HttpGet {
     conn: Option<ConnId>,
     /// Whether the connection came from the pool.
     pooled: bool,
-    /// The earliest deadline a `ClientTimer` event is already scheduled for. A later
-    /// deadline is not scheduled while it is pending: when it fires (spuriously, as far as
-    /// the machine is concerned) the pump re-arms at the machine's current deadline. This
-    /// keeps one pending timer per exchange instead of one per deadline change.
-    armed: Option<Instant>,
+    /// The exchange's pending `ClientTimer` event.
+    armed: Armed,
     /// A fresh retry after a retired pooled connection was already spent.
     retried: bool,
+}
+
+impl HttpGet {
+    /// Whether the exchange runs on a connection taken from the reader's pool.
+    pub(super) fn reuses_connection(&self) -> bool {
+        self.pooled
+    }
 }
 
 /// Events of the HTTP path.
 #[derive(Debug)]
 pub(super) enum HttpEv {
-    /// A dial (SYN) reaches the node.
-    Syn { get: Handle, conn: ConnId },
-    /// Bytes (and/or the close) from a reader reach the node's connection.
-    ToServer {
-        /// The GET the bytes belong to (`None` for a close).
-        get: Option<Handle>,
-        node: u32,
-        conn: ConnId,
-        bytes: Bytes,
-        eof: bool,
-    },
-    /// Bytes (and/or the handshake, the close) from a node reach the reader.
-    ToClient {
-        get: Option<Handle>,
-        reader: u32,
-        node: u32,
-        conn: ConnId,
-        connected: bool,
-        bytes: Bytes,
-        eof: bool,
-    },
+    /// Something arrives over the simulated network.
+    Net(Segment),
     /// An exchange deadline.
     ClientTimer { get: Handle },
     /// A server connection deadline (idle, source, send progress, linger, refusal head).
@@ -116,52 +95,28 @@ struct ServerSide {
     epoch: u32,
     /// The GET whose request the connection is answering.
     get: Option<Handle>,
-    /// The upload transfer carrying its `200` body.
+    /// The upload transfer carrying its `200` body (the transmit being written).
     transfer: Option<u64>,
     /// The nominal size of the block last answered `Found` (its `200` is next out).
     nominal: u64,
-    armed: Option<Instant>,
+    armed: Armed,
     /// The node has closed its sending side (the reader has been sent the end of stream).
     half_closed: bool,
 }
 
-struct Transfer {
-    node: u32,
-    conn: ConnId,
-    reader: u32,
-    get: Option<Handle>,
-    body: Bytes,
-    close: bool,
-    nominal: u64,
-}
-
-/// The HTTP path's state: server connections per node, the readers' idle pools and the
-/// `200` bodies on the upload links.
+/// The HTTP path's state: the network, the node application's bodies, server connections
+/// per node and the readers' idle pools.
 pub(super) struct Http {
     client: ClientConfig,
     servers: Vec<Arc<ServerConfig>>,
     hosts: Vec<String>,
+    net: Net,
+    blocks: Blocks,
     conns: BTreeMap<(u32, ConnId), ServerSide>,
     pool: BTreeMap<(u32, u32), Vec<(ConnId, Connection)>>,
-    transfers: BTreeMap<u64, Transfer>,
-    next_conn: ConnId,
-    next_transfer: u64,
-    /// Per block: the content token (what the read machine gets) and the scaled body a
-    /// correct holder serves, built once (responses hand out clones, no copies).
-    tokens: Vec<Bytes>,
-    bodies: Vec<Bytes>,
     /// The most recent refusal bytes a node wrote (for tests).
     #[cfg(test)]
     last_refusal: Option<Bytes>,
-}
-
-/// The scaled body a correct holder of `block` serves: the token, padded.
-pub(super) fn body_for(token: Bytes, nominal: u64) -> Bytes {
-    let len = (nominal / BODY_SCALE).max(token.len() as u64) as usize;
-    let mut b = BytesMut::with_capacity(len);
-    b.extend_from_slice(&token);
-    b.resize(len, 0);
-    b.freeze()
 }
 
 impl Http {
@@ -186,52 +141,28 @@ impl Http {
                 Arc::new(cfg)
             })
             .collect();
-        let tokens: Vec<Bytes> = (0..s.blocks()).map(|b| content.token(b)).collect();
-        let bodies = tokens
-            .iter()
-            .enumerate()
-            .map(|(b, t)| body_for(t.clone(), s.block_bytes(b as u32)))
-            .collect();
         Http {
-            tokens,
-            bodies,
+            blocks: Blocks::new(s, content),
             client,
             servers,
             hosts,
+            net: Net::new(),
             conns: BTreeMap::new(),
             pool: BTreeMap::new(),
-            transfers: BTreeMap::new(),
-            next_conn: 1,
-            next_transfer: 1,
             #[cfg(test)]
             last_refusal: None,
         }
     }
 }
 
-/// An HTTP-path event for the queue.
-fn boxed(ev: HttpEv) -> Ev {
-    Ev::Http(Box::new(ev))
+/// An HTTP-path network segment for the queue.
+fn wire(seg: Segment) -> Ev {
+    Ev::Http(Box::new(HttpEv::Net(seg)))
 }
 
-fn result_of(ending: &Ending) -> GetResult {
-    match ending {
-        Ending::Block(_) => GetResult::Found,
-        Ending::Miss => GetResult::NotFound,
-        Ending::Refused(_) => GetResult::Refused,
-        Ending::Cancelled => GetResult::Cancelled,
-        Ending::Failed(e) => match e {
-            ExchangeError::DialFailed | ExchangeError::DialTimeout(_) => GetResult::DialFailed,
-            ExchangeError::ResponseHeaderTimeout(_) | ExchangeError::RequestTimeout(_) => {
-                GetResult::TimedOut
-            }
-            ExchangeError::Length(_) | ExchangeError::Validation | ExchangeError::Protocol(_) => {
-                GetResult::Corrupt
-            }
-            _ => GetResult::Closed,
-        },
-        _ => GetResult::Closed,
-    }
+/// An HTTP-path timer for the queue.
+fn timer(ev: HttpEv) -> Ev {
+    Ev::Http(Box::new(ev))
 }
 
 impl World<'_> {
@@ -239,22 +170,32 @@ impl World<'_> {
         self.http.as_mut().expect("http1 transport")
     }
 
-    /// Starts the exchange of GET `g` (already in `self.gets`): on a pooled connection of
-    /// the reader to the node if there is one, else on a fresh dial. Returns whether it
-    /// reused a connection.
-    pub(super) fn http_start(&mut self, g: Handle, allow_pool: bool) -> bool {
+    /// The HTTP path's state of GET `g`, if it is an HTTP GET still in `self.gets`.
+    fn http_get(&mut self, g: Handle) -> Option<&mut HttpGet> {
+        match &mut self.gets.get_mut(g)?.path {
+            GetPath::Http1(h) => Some(h),
+            GetPath::Modelled(_) => None,
+        }
+    }
+
+    /// Opens the exchange of a GET of block `block` by reader `r` at node `n`: on a pooled
+    /// connection of the reader to the node if `allow_pool` and there is one, else on a
+    /// fresh dial. Nothing is sent yet ([`Self::http_launch`]).
+    pub(super) fn http_open(
+        &mut self,
+        r: u32,
+        n: u32,
+        block: u32,
+        allow_pool: bool,
+    ) -> Box<HttpGet> {
         let now = self.now;
-        let Some(get) = self.gets.get(g) else {
-            return false;
-        };
-        let (r, n, block) = (get.reader, get.node, get.block);
         let key = ChunkKey::from_array(self.content.keys[block as usize].0);
         let path = BlockPath {
             key,
             index: u64::from(block),
         };
         let http = self.http.as_mut().expect("http1 transport");
-        let expected = http.bodies[block as usize].len() as u64;
+        let expected = http.blocks.body(block).len() as u64;
         let pooled = if allow_pool {
             http.pool.get_mut(&(r, n)).and_then(Vec::pop)
         } else {
@@ -263,11 +204,7 @@ impl World<'_> {
         let reused = pooled.is_some();
         let (link, conn) = match pooled {
             Some((id, c)) => (Link::Pooled(c), id),
-            None => {
-                let id = http.next_conn;
-                http.next_conn += 1;
-                (Link::Dial, id)
-            }
+            None => (Link::Dial, http.net.new_conn()),
         };
         let request = ExchangeRequest::get_validated(
             &http.hosts[n as usize],
@@ -277,35 +214,46 @@ impl World<'_> {
         );
         let exchange = Exchange::new(now, &http.client, request, link)
             .expect("a valid client config (the scenario's) and an encodable request");
-        if let Some(get) = self.gets.get_mut(g) {
-            get.http = Some(Box::new(HttpGet {
-                exchange,
-                conn: Some(conn),
-                pooled: reused,
-                armed: None,
-                retried: false,
-            }));
-        }
-        if !reused {
+        Box::new(HttpGet {
+            exchange,
+            conn: Some(conn),
+            pooled: reused,
+            armed: Armed::default(),
+            retried: false,
+        })
+    }
+
+    /// Launches the exchange of GET `g` (opened by [`Self::http_open`], filed in
+    /// `self.gets`): dials unless it reuses a pooled connection, and pumps it (a pooled
+    /// connection's request goes out now).
+    pub(super) fn http_launch(&mut self, g: Handle) {
+        let now = self.now;
+        let Some(get) = self.gets.get(g) else {
+            return;
+        };
+        let (r, n) = (get.reader, get.node);
+        let GetPath::Http1(h) = &get.path else {
+            return;
+        };
+        if let (false, Some(conn)) = (h.pooled, h.conn) {
             let ow = self.latency.one_way(r, n);
             self.queue
-                .push(now + ow, boxed(HttpEv::Syn { get: g, conn }));
+                .push(now + ow, wire(Segment::Syn { get: g, conn }));
         }
         self.http_pump_client(g);
-        reused
     }
 
     pub(super) fn http_event(&mut self, ev: HttpEv) {
         match ev {
-            HttpEv::Syn { get, conn } => self.http_syn(get, conn),
-            HttpEv::ToServer {
+            HttpEv::Net(Segment::Syn { get, conn }) => self.http_syn(get, conn),
+            HttpEv::Net(Segment::ToServer {
                 get,
                 node,
                 conn,
                 bytes,
                 eof,
-            } => self.http_to_server(get, node, conn, bytes, eof),
-            HttpEv::ToClient {
+            }) => self.http_to_server(get, node, conn, bytes, eof),
+            HttpEv::Net(Segment::ToClient {
                 get,
                 reader,
                 node,
@@ -313,13 +261,11 @@ impl World<'_> {
                 connected,
                 bytes,
                 eof,
-            } => self.http_to_client(get, reader, node, conn, connected, bytes, eof),
+            }) => self.http_to_client(get, reader, node, conn, connected, bytes, eof),
             HttpEv::ClientTimer { get } => {
                 let now = self.now;
-                if let Some(h) = self.gets.get_mut(get).and_then(|g| g.http.as_mut()) {
-                    if h.armed == Some(now) {
-                        h.armed = None;
-                    }
+                if let Some(h) = self.http_get(get) {
+                    h.armed.fired(now);
                     h.exchange.handle_timeout(now);
                 }
                 self.http_pump_client(get);
@@ -329,9 +275,7 @@ impl World<'_> {
                 let http = self.http.as_mut().expect("http1 transport");
                 if let Some(side) = http.conns.get_mut(&(node, conn)) {
                     if side.epoch == epoch {
-                        if side.armed == Some(now) {
-                            side.armed = None;
-                        }
+                        side.armed.fired(now);
                         side.conn.handle_timeout(now);
                     }
                 }
@@ -340,12 +284,18 @@ impl World<'_> {
         }
     }
 
+    /// A dial reaches node `n`: blackholed if the node is unreachable, dropped by a full
+    /// silent node, else accepted by a new server machine (which may refuse).
     fn http_syn(&mut self, g: Handle, conn: ConnId) {
         let now = self.now;
         let Some(get) = self.gets.get(g) else {
             return; // the GET ended meanwhile: nobody is dialing any more
         };
-        if get.http.as_ref().and_then(|h| h.conn) != Some(conn) {
+        let current = match &get.path {
+            GetPath::Http1(h) => h.conn,
+            GetPath::Modelled(_) => None,
+        };
+        if current != Some(conn) {
             return;
         }
         let (r, n) = (get.reader, get.node);
@@ -370,7 +320,7 @@ impl World<'_> {
         if let (Some(limit), WhenFull::Silent) = (full_limit, limits.when_full) {
             self.metrics.limit_hit(limit);
             if let Some(at) = self.dial_dropped(g, n, r, limit) {
-                self.queue.push(at, boxed(HttpEv::Syn { get: g, conn }));
+                self.queue.push(at, wire(Segment::Syn { get: g, conn }));
             }
             return;
         }
@@ -381,14 +331,13 @@ impl World<'_> {
         if let Some(refusal) = server.refused() {
             // The kernel accepted the connection; the server answers the reader's request
             // with its refusal, then half-closes.
-            let limit = Limit::from_reason(refusal.reason);
-            self.metrics.limit_hit(limit);
-            trace!(
-                self.trace,
+            node_app::count_refusal(
+                &mut self.metrics,
+                &mut self.trace,
                 now,
-                "refuse",
-                "n={n} r={r} limit={}",
-                limit.as_str()
+                (n, r),
+                refusal.reason,
+                true,
             );
         }
         self.http().conns.insert(
@@ -400,13 +349,13 @@ impl World<'_> {
                 get: Some(g),
                 transfer: None,
                 nominal: 0,
-                armed: None,
+                armed: Armed::default(),
                 half_closed: false,
             },
         );
         self.queue.push(
             now + ow,
-            boxed(HttpEv::ToClient {
+            wire(Segment::ToClient {
                 get: Some(g),
                 reader: r,
                 node: n,
@@ -419,6 +368,7 @@ impl World<'_> {
         self.http_pump_server(n, conn);
     }
 
+    /// Bytes or a half-close from a reader reach node `n`'s connection `conn`.
     fn http_to_server(&mut self, g: Option<Handle>, n: u32, conn: ConnId, bytes: Bytes, eof: bool) {
         let now = self.now;
         let node = &self.nodes[n as usize];
@@ -435,18 +385,8 @@ impl World<'_> {
                     return;
                 };
                 let ow = self.latency.one_way(r, n);
-                self.queue.push(
-                    now + ow,
-                    boxed(HttpEv::ToClient {
-                        get: Some(g),
-                        reader: r,
-                        node: n,
-                        conn,
-                        connected: false,
-                        bytes: Bytes::new(),
-                        eof: true,
-                    }),
-                );
+                self.queue
+                    .push(now + ow, wire(Segment::fin_to_client(Some(g), r, n, conn)));
             }
             return;
         }
@@ -461,17 +401,7 @@ impl World<'_> {
         let http = self.http.as_mut().expect("http1 transport");
         let side = http.conns.get_mut(&(n, conn)).expect("live");
         side.get = g;
-        let mut off = 0;
-        while off < bytes.len() {
-            let taken = side.conn.handle_input(now, &bytes[off..]);
-            if side.conn.needs_admission() {
-                side.conn.handle_admission(now, node.admission.core_mut());
-            }
-            if taken == 0 {
-                break;
-            }
-            off += taken;
-        }
+        pump::feed_server(now, &mut side.conn, node.admission.core_mut(), &bytes);
         self.http_pump_server(n, conn);
     }
 
@@ -484,14 +414,16 @@ impl World<'_> {
         };
         let node = &mut self.nodes[n as usize];
         if let Some(t) = side.transfer {
-            http.transfers.remove(&t);
+            http.net.take_transfer(t);
             node.uplink.cancel(now, t);
         }
         side.conn.close(now, node.admission.core_mut());
         self.reschedule_uplink(n);
     }
 
-    /// Answers the server machine's events and ships what it transmits.
+    /// Pumps node `n`'s connection `conn`: the node application answers the machine's
+    /// events, its transmits go on the wire (a `200`'s body on the upload link), its
+    /// deadline is armed, and a finished connection is closed.
     fn http_pump_server(&mut self, n: u32, conn: ConnId) {
         let now = self.now;
         let Some(http) = self.http.as_mut() else {
@@ -502,143 +434,100 @@ impl World<'_> {
         };
         let node = &mut self.nodes[n as usize];
         let r = side.reader;
-        while let Some(ev) = side.conn.poll_event() {
-            match ev {
-                ServerEvent::Fetch { id, request } => {
-                    if node.health == Health::Silent {
-                        continue; // accepts, never answers
-                    }
-                    let block = request.path.index as u32;
-                    if self.s.client.lookup_load_hints {
-                        // The node counts every GET it receives, per block, for its
-                        // lookup replies (as the modelled path does on arrival).
-                        node.keys.bump(now, block);
-                    }
-                    let result = if self.content.holds(n, block) {
-                        let mut body = http.bodies[block as usize].clone();
-                        if node.corrupt {
-                            let mut wrong = BytesMut::from(&body[..]);
-                            wrong[0] ^= 0xff;
-                            body = wrong.freeze();
-                        }
-                        side.nominal = self.s.block_bytes(block);
-                        SourceResult::Found(body)
-                    } else {
-                        SourceResult::Miss
-                    };
-                    let _ = side
-                        .conn
-                        .handle_source(now, node.admission.core_mut(), id, result);
-                }
-                ServerEvent::Relay { id, .. } => {
-                    let _ = side.conn.handle_source(
-                        now,
-                        node.admission.core_mut(),
-                        id,
-                        SourceResult::Miss,
-                    );
-                }
-                // Peer errors and source timeouts: nothing to answer.
-                ServerEvent::Roster { .. }
-                | ServerEvent::Rejected { .. }
-                | ServerEvent::SourceTimedOut { .. } => {}
-            }
-        }
         let ow = self.latency.one_way(r, n);
         let reachable = node.reachable();
         let get = side.get;
+        let nominal = Cell::new(side.nominal);
+        let mut app = NodeApp {
+            s: self.s,
+            content: &self.content,
+            blocks: &http.blocks,
+            n,
+            silent: node.health == Health::Silent,
+            corrupt: node.corrupt,
+            keys: &mut node.keys,
+            nominal: &nominal,
+        };
         let mut uplink_changed = false;
-        while let Some(tx) = side.conn.poll_transmit(now) {
-            if let Some(reason) = tx.refusal {
-                #[cfg(test)]
-                {
-                    http.last_refusal = Some(tx.head.clone());
+        let (queue, metrics, trace) = (&mut self.queue, &mut self.metrics, &mut self.trace);
+        let uplink = &mut node.uplink;
+        let net = &mut http.net;
+        #[cfg(test)]
+        let last_refusal = &mut http.last_refusal;
+        let (transfer, half_closed) = (&mut side.transfer, &mut side.half_closed);
+        pump::poll_server(
+            now,
+            &mut side.conn,
+            node.admission.core_mut(),
+            &mut app,
+            |server, tx| {
+                if let Some(reason) = tx.refusal {
+                    #[cfg(test)]
+                    {
+                        *last_refusal = Some(tx.head.clone());
+                    }
+                    // A refusal at accept was counted when the connection was accepted.
+                    if server.refused().is_none() {
+                        node_app::count_refusal(metrics, trace, now, (n, r), reason, false);
+                    }
                 }
-                // A refusal at accept was counted when the connection was accepted.
-                if side.conn.refused().is_none() {
-                    let limit = Limit::from_reason(reason);
-                    self.metrics.limit_hit(limit);
-                    trace!(
-                        self.trace,
-                        now,
-                        "turned-away",
-                        "n={n} r={r} limit={}",
-                        limit.as_str()
+                let ends = tx.close.ends_connection();
+                if reachable {
+                    queue.push(
+                        now + ow,
+                        wire(Segment::data_to_client(
+                            get,
+                            r,
+                            n,
+                            conn,
+                            tx.head.clone(),
+                            false,
+                        )),
                     );
                 }
-            }
-            let ends = tx.close.ends_connection();
-            if reachable {
-                self.queue.push(
-                    now + ow,
-                    boxed(HttpEv::ToClient {
-                        get,
-                        reader: r,
-                        node: n,
-                        conn,
-                        connected: false,
-                        bytes: tx.head.clone(),
-                        eof: false,
-                    }),
-                );
-            }
-            if tx.status == Some(200) && !tx.body.is_empty() {
-                let nominal = side.nominal;
-                let t = http.next_transfer;
-                http.next_transfer += 1;
-                http.transfers.insert(
-                    t,
-                    Transfer {
+                if tx.status == Some(200) && !tx.body.is_empty() {
+                    // The body leaves with the upload model; one response at a time.
+                    let t = net.start_transfer(Transfer {
                         node: n,
                         conn,
                         reader: r,
                         get,
                         body: tx.body,
                         close: ends,
-                        nominal,
-                    },
-                );
-                side.transfer = Some(t);
-                node.uplink.start(now, t, nominal);
-                uplink_changed = true;
-                // The body leaves with the upload model; one response at a time.
-                break;
-            }
-            if reachable {
-                self.queue.push(
-                    now + ow,
-                    boxed(HttpEv::ToClient {
-                        get,
-                        reader: r,
-                        node: n,
-                        conn,
-                        connected: false,
-                        bytes: tx.body,
-                        eof: ends,
-                    }),
-                );
-            }
-            // After an error or refusal the node half-closes and lingers: it keeps
-            // reading (the machine discards) until the reader closes or the linger ends.
-            side.half_closed |= ends;
-            side.conn.handle_transmitted(now, node.admission.core_mut());
-        }
-        let finished = side.conn.is_finished();
-        let next = side.conn.poll_timeout().map(|d| d.at);
-        let epoch = side.epoch;
-        if !finished {
-            if let Some(at) = next {
-                if side.armed.is_none_or(|armed| at < armed) {
-                    side.armed = Some(at);
-                    self.queue.push(
-                        at.max(now),
-                        boxed(HttpEv::ServerTimer {
-                            node: n,
-                            conn,
-                            epoch,
-                        }),
+                        nominal: nominal.get(),
+                    });
+                    *transfer = Some(t);
+                    uplink.start(now, t, nominal.get());
+                    uplink_changed = true;
+                    return Written::Pending;
+                }
+                if reachable {
+                    queue.push(
+                        now + ow,
+                        wire(Segment::data_to_client(get, r, n, conn, tx.body, ends)),
                     );
                 }
+                // After an error or refusal the node half-closes and lingers: it keeps
+                // reading (the machine discards) until the reader closes or the linger
+                // ends.
+                *half_closed |= ends;
+                Written::All
+            },
+        );
+        side.nominal = nominal.get();
+        let finished = side.conn.is_finished();
+        let epoch = side.epoch;
+        if !finished {
+            let deadline = side.conn.poll_timeout().map(|d| d.at);
+            if let Some(at) = side.armed.arm(now, deadline) {
+                self.queue.push(
+                    at,
+                    timer(HttpEv::ServerTimer {
+                        node: n,
+                        conn,
+                        epoch,
+                    }),
+                );
             }
         }
         let idle_close = finished && side.transfer.is_none();
@@ -649,18 +538,8 @@ impl World<'_> {
             let mut side = http.conns.remove(&(n, conn)).expect("present");
             side.conn.close(now, node.admission.core_mut());
             if reachable && !side.half_closed {
-                self.queue.push(
-                    now + ow,
-                    boxed(HttpEv::ToClient {
-                        get,
-                        reader: r,
-                        node: n,
-                        conn,
-                        connected: false,
-                        bytes: Bytes::new(),
-                        eof: true,
-                    }),
-                );
+                self.queue
+                    .push(now + ow, wire(Segment::fin_to_client(get, r, n, conn)));
             }
         }
         if uplink_changed {
@@ -675,7 +554,7 @@ impl World<'_> {
         let Some(http) = self.http.as_mut() else {
             return;
         };
-        let Some(tr) = http.transfers.remove(&t) else {
+        let Some(tr) = http.net.take_transfer(t) else {
             return;
         };
         let n = tr.node;
@@ -690,21 +569,16 @@ impl World<'_> {
             let ow = self.latency.one_way(tr.reader, n);
             self.queue.push(
                 now + ow,
-                boxed(HttpEv::ToClient {
-                    get: tr.get,
-                    reader: tr.reader,
-                    node: n,
-                    conn: tr.conn,
-                    connected: false,
-                    bytes: tr.body,
-                    eof: tr.close,
-                }),
+                wire(Segment::data_to_client(
+                    tr.get, tr.reader, n, tr.conn, tr.body, tr.close,
+                )),
             );
         }
         // Unreachable now (partitioned): the body is lost, the client's deadlines decide.
         self.http_pump_server(n, tr.conn);
     }
 
+    /// The handshake, bytes or the end of stream reach reader `reader`'s end of `conn`.
     #[allow(clippy::too_many_arguments)]
     fn http_to_client(
         &mut self,
@@ -718,10 +592,10 @@ impl World<'_> {
     ) {
         let now = self.now;
         let target = g.filter(|&g| {
-            self.gets
-                .get(g)
-                .and_then(|get| get.http.as_ref())
-                .is_some_and(|h| h.conn == Some(conn))
+            self.gets.get(g).is_some_and(|get| match &get.path {
+                GetPath::Http1(h) => h.conn == Some(conn),
+                GetPath::Modelled(_) => false,
+            })
         });
         let Some(g) = target else {
             // Nobody is reading this connection: a pooled connection the server closed
@@ -733,150 +607,117 @@ impl World<'_> {
             }
             return;
         };
-        if !bytes.is_empty() {
-            // The response's first bytes reach the client: progress for the read's hedge.
-            self.get_progress(g);
-        }
-        let h = self
-            .gets
-            .get_mut(g)
-            .and_then(|get| get.http.as_mut())
-            .expect("target");
+        let h = self.http_get(g).expect("target");
         if connected {
+            // The request goes out right behind the handshake (the pump writes it).
             h.exchange.handle_connected(now);
-            // The request goes out right behind the handshake.
-            if let Some(req) = h.exchange.poll_transmit(now) {
-                self.http_send(g, req.head);
-            }
         }
-        let h = self
-            .gets
-            .get_mut(g)
-            .and_then(|get| get.http.as_mut())
-            .expect("target");
-        let mut off = 0;
-        while off < bytes.len() {
-            let taken = h.exchange.handle_input(now, &bytes[off..]);
-            if taken == 0 {
-                break;
-            }
-            off += taken;
-        }
+        pump::feed_exchange(now, &mut h.exchange, &bytes);
         if eof {
             h.exchange.handle_eof(now);
         }
         self.http_pump_client(g);
     }
 
-    /// Writes the request of GET `g` onto its connection: the simulated socket takes
-    /// every byte at once, so the exchange hears at once that it was written (its
-    /// response-header deadline starts now).
-    fn http_send(&mut self, g: Handle, request: Bytes) {
-        let now = self.now;
-        let Some(get) = self.gets.get_mut(g) else {
-            return;
-        };
-        let (r, n) = (get.reader, get.node);
-        let Some(h) = get.http.as_mut() else {
-            return;
-        };
-        h.exchange.handle_transmitted(now);
-        let Some(conn) = h.conn else {
-            return;
-        };
-        let ow = self.latency.one_way(r, n);
-        self.queue.push(
-            self.now + ow,
-            boxed(HttpEv::ToServer {
-                get: Some(g),
-                node: n,
-                conn,
-                bytes: request,
-                eof: false,
-            }),
-        );
-    }
-
-    /// Drains the exchange of GET `g`: the request to send, the validator's question, the
-    /// outcome; re-arms its deadline.
+    /// Pumps the exchange of GET `g`: writes its request onto the connection (the
+    /// simulated socket takes every byte at once, so it is acknowledged at once and the
+    /// response-header deadline starts), runs the validator, hears the response head
+    /// (the read's progress input) and the outcome; re-arms its deadline.
     fn http_pump_client(&mut self, g: Handle) {
         let now = self.now;
         loop {
             let Some(get) = self.gets.get_mut(g) else {
                 return;
             };
-            let block = get.block;
-            let Some(h) = get.http.as_mut() else {
+            let (r, n, block) = (get.reader, get.node, get.block);
+            let GetPath::Http1(h) = &mut get.path else {
                 return;
             };
             let Some(http) = self.http.as_ref() else {
                 return;
             };
-            if let Some(req) = h.exchange.poll_transmit(now) {
-                self.http_send(g, req.head);
-                continue;
-            }
-            match h.exchange.poll_event() {
-                // The response head arrived: the GET is making progress. (The replay's
-                // read machines hear only complete outcomes; a progress input for the
-                // read is wired where the read machine takes one.)
-                Some(ClientEvent::Head { .. }) => {}
-                Some(ClientEvent::Validate { body }) => {
-                    // The driver's validator: the body must be this block's.
-                    let valid = body.starts_with(&http.tokens[block as usize]);
-                    h.exchange.handle_validated(now, valid);
-                }
-                Some(ClientEvent::Done(outcome)) => {
+            let (queue, latency, conn) = (&mut self.queue, &self.latency, h.conn);
+            let step = pump::poll_exchange(
+                now,
+                &mut h.exchange,
+                |body| http.blocks.validates(block, body),
+                |tx| {
+                    if let Some(conn) = conn {
+                        let ow = latency.one_way(r, n);
+                        queue.push(
+                            now + ow,
+                            wire(Segment::ToServer {
+                                get: Some(g),
+                                node: n,
+                                conn,
+                                bytes: tx.head,
+                                eof: false,
+                            }),
+                        );
+                    }
+                    Written::All
+                },
+            );
+            match step {
+                // The response head arrived: the GET is making progress (the read's
+                // hedge-on-silence input).
+                Some(ClientStep::Head { .. }) => self.get_progress(g),
+                Some(ClientStep::Done(outcome)) => {
                     self.http_done(g, outcome);
                     return;
                 }
                 None => break,
             }
         }
-        let Some(h) = self.gets.get_mut(g).and_then(|get| get.http.as_mut()) else {
+        let Some(h) = self.http_get(g) else {
             return;
         };
-        if let Some(at) = h.exchange.poll_timeout().map(|d| d.at) {
-            if h.armed.is_none_or(|armed| at < armed) {
-                h.armed = Some(at);
-                self.queue
-                    .push(at.max(now), boxed(HttpEv::ClientTimer { get: g }));
-            }
+        let deadline = h.exchange.poll_timeout().map(|d| d.at);
+        if let Some(at) = h.armed.arm(now, deadline) {
+            self.queue.push(at, timer(HttpEv::ClientTimer { get: g }));
         }
     }
 
+    /// The exchange of GET `g` ended with `outcome`: its connection goes to the pool or
+    /// is closed, a retired pooled connection is retried once fresh, else the GET ends.
     fn http_done(&mut self, g: Handle, mut outcome: ExchangeOutcome) {
         let now = self.now;
         let Some(get) = self.gets.get_mut(g) else {
             return;
         };
         let (r, n, block) = (get.reader, get.node, get.block);
-        let Some(mut h) = get.http.take() else {
+        let GetPath::Http1(h) = &mut get.path else {
             return;
         };
         let conn = h.conn.take();
+        let (pooled, retried) = (h.pooled, h.retried);
+        let reusable = match (outcome.connection, conn) {
+            (ConnectionFate::Reuse, Some(_)) => h.exchange.take_connection(),
+            _ => None,
+        };
         match (outcome.connection, conn) {
             (ConnectionFate::Reuse, Some(id)) => {
-                if let Some(c) = h.exchange.take_connection() {
+                if let Some(c) = reusable {
                     self.http().pool.entry((r, n)).or_default().push((id, c));
                 }
             }
             (_, Some(id)) => self.http_client_close(r, n, id),
             _ => {}
         }
-        if outcome.retry_fresh && h.pooled && !h.retried {
+        if outcome.retry_fresh && pooled && !retried {
             // The node retired the pooled connection as we reused it: retry once, fresh.
             trace!(self.trace, now, "retry-fresh", "r={r} n={n}");
-            self.http_start(g, false);
-            if let Some(h) = self.gets.get_mut(g).and_then(|get| get.http.as_mut()) {
-                h.retried = true;
+            let mut fresh = self.http_open(r, n, block, false);
+            fresh.retried = true;
+            if let Some(get) = self.gets.get_mut(g) {
+                get.path = GetPath::Http1(fresh);
             }
+            self.http_launch(g);
             return;
         }
-        let result = result_of(&outcome.ending);
+        let result = node_app::result_of(&outcome.ending);
         if let Ending::Block(body) = &mut outcome.ending {
-            let token_len = self.http().tokens[block as usize].len();
-            *body = body.slice(..token_len.min(body.len()));
+            *body = self.http().blocks.token_of(block, body);
         }
         // The reader's `Peers` records the advertised load, the cooldown entry and the
         // breaker outcome, and gives the read machine its outcome.
@@ -888,7 +729,7 @@ impl World<'_> {
         let ow = self.latency.one_way(r, n);
         self.queue.push(
             self.now + ow,
-            boxed(HttpEv::ToServer {
+            wire(Segment::ToServer {
                 get: None,
                 node: n,
                 conn,
@@ -899,10 +740,12 @@ impl World<'_> {
     }
 
     /// A GET on the HTTP path is being cancelled (a hedging loser): its exchange `h` is
-    /// cancelled and its connection to node `n` closed. Nothing is recorded; the caller releases the permit.
+    /// cancelled and its connection to node `n` closed. Nothing is recorded; the caller
+    /// releases the permit.
     pub(super) fn http_cancel(&mut self, h: &mut HttpGet, r: u32, n: u32) {
         h.exchange.cancel(self.now);
-        let _ = h.exchange.poll_event();
+        // Its `Done(Cancelled)` is nobody's business: the read asked for the cancel.
+        while h.exchange.poll_event().is_some() {}
         if let Some(id) = h.conn.take() {
             self.http_client_close(r, n, id);
         }
@@ -940,7 +783,7 @@ impl World<'_> {
         for k in dead {
             http.conns.remove(&k);
         }
-        http.transfers.retain(|_, t| t.node != n);
+        http.net.crash(n);
     }
 }
 
@@ -955,6 +798,7 @@ impl std::fmt::Debug for ServerSide {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::GetResult;
     use crate::scenario::Scenario;
     use crate::trace::Trace;
 
