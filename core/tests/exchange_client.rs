@@ -958,3 +958,32 @@ fn new_rejects_an_unsendable_header_value() {
     let err = Exchange::new(Instant::ZERO, &ClientConfig::default(), bad, Link::Dial).unwrap_err();
     assert!(matches!(err, ExchangeConfigError::Request(_)), "{err:?}");
 }
+
+/// Found by the `exchange` fuzz target: a `Connection: close` response leaves the decoder
+/// closed while the validator runs; bytes read then are discarded, so the window lent for
+/// them must not grow the buffer past its documented bound.
+#[test]
+fn read_buf_stays_within_the_buffer_bound_while_validating_a_closing_response() {
+    use peerblock_core::http::RESPONSE_BUFFER_BYTES;
+    let now = Instant::ZERO;
+    let request = ExchangeRequest::get_validated(HOST, BlockRequest::new(path(1)), 3, true);
+    let mut ex = Exchange::new(now, &ClientConfig::default(), request, Link::Dial).unwrap();
+    ex.handle_connected(now);
+    assert!(ex.poll_transmit(now).is_some());
+    ex.handle_transmitted(now);
+    let response = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc";
+    assert_eq!(ex.handle_input(now, response), response.len());
+    assert!(matches!(
+        ex.poll_event(),
+        Some(ClientEvent::Head { status: 200 })
+    ));
+    assert!(matches!(
+        ex.poll_event(),
+        Some(ClientEvent::Validate { .. })
+    ));
+    let window = ex.read_buf().map_or(0, |w| w.len());
+    assert!(
+        (1..=RESPONSE_BUFFER_BYTES).contains(&window),
+        "read_buf lent {window} bytes while validating"
+    );
+}

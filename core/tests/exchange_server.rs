@@ -1468,3 +1468,49 @@ fn a_refused_connection_answers_exactly_when_the_head_ends_however_it_is_split()
         }
     }
 }
+
+/// Found by the `server_connection` fuzz target: two pipelined requests begin; the first
+/// is found but its bytes are refused, so its response is a 503 that ends the connection
+/// (`Close::Linger`). The second request's answer must never be handed out after it, and
+/// its slot is given back once the 503 is written.
+#[test]
+fn nothing_is_transmitted_after_a_response_that_ends_the_connection() {
+    let mut adm = admission(AdmissionConfig {
+        max_inflight_bytes: 3000,
+        max_inflight_bytes_per_source: 2000,
+        ..AdmissionConfig::default()
+    });
+    let mut conn = accept(&mut adm, 1, config());
+    let mut pipelined = get(path(1), "");
+    pipelined.extend_from_slice(&get(path(2), ""));
+    input(&mut conn, &mut adm, &pipelined);
+    let ids = fetch_ids(&events(&mut conn));
+    assert_eq!(ids.len(), 2, "both pipelined requests begin");
+    conn.handle_source(
+        T0,
+        &mut adm,
+        ids[0].0,
+        SourceResult::Found(Bytes::from(vec![0; 2400])),
+    )
+    .unwrap();
+    conn.handle_source(T0, &mut adm, ids[1].0, SourceResult::Miss)
+        .unwrap();
+    let first = conn.poll_transmit(T0).expect("the refusal");
+    assert_eq!(first.status, Some(503));
+    assert_eq!(first.refusal, Some(RefusalReason::SourceInflightBytes));
+    assert_eq!(first.close, Close::Linger);
+    assert_eq!(
+        conn.poll_transmit(T0),
+        None,
+        "nothing after the 503 that ended it"
+    );
+    conn.handle_transmitted(T0, &mut adm);
+    assert_eq!(
+        adm.requests(),
+        0,
+        "the unanswered request's slot is given back"
+    );
+    assert_eq!(conn.poll_transmit(T0), None);
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}

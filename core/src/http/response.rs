@@ -292,9 +292,19 @@ impl ResponseDecoder {
     /// [`room`](Self::room) and [`READ_WINDOW_BYTES`] bytes, initialised (zeroed the
     /// first time; the decoder reuses it afterwards). Write received bytes at its start,
     /// then call [`advance`](Self::advance) with their count. Empty when no byte can be
-    /// taken now: [`poll`](Self::poll) first.
+    /// taken now: [`poll`](Self::poll) first. Once closed or failed the bytes read are
+    /// discarded, and the window keeps the buffer within [`RESPONSE_BUFFER_BYTES`].
     pub fn read_buf(&mut self) -> &mut [u8] {
-        let want = self.room().min(READ_WINDOW_BYTES);
+        let want = if self.is_closed() {
+            // Bytes read now are only discarded: lend a window that keeps the buffer
+            // within RESPONSE_BUFFER_BYTES (one byte at least, so a read can still report
+            // the peer's end of stream) instead of growing it for nothing.
+            RESPONSE_BUFFER_BYTES
+                .saturating_sub(self.buf.len())
+                .clamp(1, READ_WINDOW_BYTES)
+        } else {
+            self.room().min(READ_WINDOW_BYTES)
+        };
         self.buf.read_buf(want)
     }
 

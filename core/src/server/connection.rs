@@ -512,6 +512,8 @@ pub struct ServerConnection<S = IpAddr> {
     stopped: bool,
     eof: bool,
     finished: bool,
+    /// A transmit that ends the connection has been handed out: nothing may follow it.
+    output_ended: bool,
     closed: bool,
     refusal_head: Option<RefusalHead>,
     idle_since: Option<Instant>,
@@ -598,6 +600,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             stopped: refused.is_some(),
             eof: false,
             finished: false,
+            output_ended: false,
             closed: false,
             refusal_head,
             idle_since: refused.is_none().then_some(now),
@@ -1160,7 +1163,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         let now = self.clamp(now);
-        if self.finished {
+        if self.finished || self.output_ended {
             return None;
         }
         let ready = self.queue.front().is_some_and(|s| s.ready.is_some());
@@ -1176,6 +1179,9 @@ impl<S: Ord + Clone> ServerConnection<S> {
             ticket: slot.ticket.take(),
             close: transmit.close,
         });
+        // Nothing follows a response that ends the connection (the driver closes or
+        // half-closes after it); the requests queued behind it are never answered.
+        self.output_ended = transmit.close.ends_connection();
         Some(transmit)
     }
 
@@ -1191,6 +1197,15 @@ impl<S: Ord + Clone> ServerConnection<S> {
             admission.finish_request(now, self.session.as_mut(), ticket);
         }
         self.send_since = (!self.unacked.is_empty()).then_some(now);
+        if done.close.ends_connection() {
+            // The requests queued behind the response that ended the connection will never
+            // be answered: give their slots and bytes back now rather than at `close`.
+            for slot in self.queue.drain(..) {
+                if let Some(ticket) = slot.ticket {
+                    admission.finish_request(now, None, ticket);
+                }
+            }
+        }
         match done.close {
             Close::KeepOpen => {}
             Close::AfterWrite => self.finished = true,
