@@ -29,7 +29,11 @@ const THREADS: usize = 2;
 
 /// A busy node's admission state: 200 sessions over 100 sources, plus one free session per
 /// bench thread (sources 1000.., so no per-source limit is near).
-fn busy_node() -> (Admission<u32>, Vec<SessionTicket<u32>>, Vec<SessionTicket<u32>>) {
+fn busy_node() -> (
+    Admission<u32>,
+    Vec<SessionTicket<u32>>,
+    Vec<SessionTicket<u32>>,
+) {
     let mut adm = Admission::<u32>::new(AdmissionConfig::default()).expect("default config");
     let held = (0..200u32)
         .map(|i| adm.open_session(Instant::ZERO, i % 100).expect("room"))
