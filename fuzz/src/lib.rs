@@ -10,6 +10,11 @@
 //! discarded == fed), limits honoured, and encode/decode round trips.
 #![forbid(unsafe_code)]
 
+mod ops;
+mod server_connection;
+
+pub use server_connection::server_connection;
+
 use bytes::BytesMut;
 use peerblock_core::http::{
     BodyLimit, ChunkedDecoder, ChunkedError, OutgoingRequest, RequestDecoder, RequestError,
