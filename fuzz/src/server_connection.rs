@@ -11,13 +11,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use peerblock_core::http::REQUEST_BUFFER_BYTES;
-use peerblock_core::refusal::RefusalReason;
+use peerblock_core::refusal::{Refusal, RefusalReason};
 use peerblock_core::roster::Roster;
 use peerblock_core::server::{
     Admission, AdmissionConfig, RateLimit, RequestId, RequestRejection, ServerConfig,
-    ServerConnection, ServerEvent, SourceResult,
+    ServerConnection, ServerEvent, ServerTimer, SourceResult,
 };
-use peerblock_core::time::{Duration, Instant};
+use peerblock_core::time::{Deadline, Duration, Instant};
 use peerblock_core::transmit::{Close, Transmit};
 
 use crate::ops::{input_through, read_through, Src, Window};
@@ -94,6 +94,22 @@ impl Window for ServerConnection<u32> {
     }
 }
 
+/// What a world reported, compared between the two worlds after every operation.
+#[derive(Debug, PartialEq)]
+enum Rec {
+    Op(u8, usize),
+    Accept(u32, Option<Refusal>),
+    Took(usize, usize),
+    Event(usize, ServerEvent),
+    Transmit(usize, Transmit),
+    Acked(usize, bool),
+    Answer(usize, RequestId, bool),
+    Answered(usize, RequestId, Option<&'static [u16]>),
+    Timeout(usize, Instant, Option<Deadline<ServerTimer>>),
+    Closed(usize),
+    Eof(usize, bool),
+}
+
 /// One of the two worlds.
 struct World {
     zero_copy: bool,
@@ -102,7 +118,7 @@ struct World {
     conns: Vec<Conn>,
     now: Instant,
     /// What this world reported during the current operation, compared with the twin's.
-    trace: Vec<String>,
+    trace: Vec<Rec>,
 }
 
 fn admission_config(c: u8) -> AdmissionConfig {
@@ -198,7 +214,7 @@ impl World {
         let m = ServerConnection::accept(self.now, &mut self.admission, source, self.config.clone())
             .expect("the fuzz server config is valid");
         let admitted = m.refused().is_none();
-        self.trace.push(format!("accept {source}: refused {:?}", m.refused()));
+        self.trace.push(Rec::Accept(source, m.refused()));
         self.conns.push(Conn {
             m,
             source,
@@ -227,13 +243,13 @@ impl World {
             input_through(&c.input, |d| m.handle_input(at, d))
         };
         c.input.drain(..taken);
-        self.trace.push(format!("conn {i}: took {taken}"));
+        self.trace.push(Rec::Took(i, taken));
     }
 
     /// Handles everything the connection reports: events, then (optionally) transmits.
     fn drain(&mut self, i: usize, transmit: bool) {
         while let Some(event) = self.conns[i].m.poll_event() {
-            self.trace.push(format!("conn {i}: {event:?}"));
+            self.trace.push(Rec::Event(i, event.clone()));
             self.on_event(i, event);
         }
         if self.conns[i].m.needs_admission() {
@@ -243,7 +259,7 @@ impl World {
             c.seen = c.seen.max(now);
             c.m.handle_admission(now, &mut self.admission);
             while let Some(event) = self.conns[i].m.poll_event() {
-                self.trace.push(format!("conn {i}: {event:?}"));
+                self.trace.push(Rec::Event(i, event.clone()));
                 self.on_event(i, event);
             }
         }
@@ -330,7 +346,7 @@ impl World {
                 "a transmit after one that ended the connection: {t:?}"
             );
             self.check_transmit(i, &t);
-            self.trace.push(format!("conn {i}: {t:?}"));
+            self.trace.push(Rec::Transmit(i, t));
         }
     }
 
@@ -388,7 +404,7 @@ impl World {
         if !c.closed {
             c.unacked.pop_front();
         }
-        self.trace.push(format!("conn {i}: acked, finished {}", c.m.is_finished()));
+        self.trace.push(Rec::Acked(i, c.m.is_finished()));
     }
 
     fn answer(&mut self, i: usize, src: &mut Src<'_>) {
@@ -424,7 +440,7 @@ impl World {
                 let e = c.pending.iter_mut().find(|e| e.id == id).expect("waiting");
                 e.statuses = Some(if e.roster { &[200] } else { &[404] });
             }
-            self.trace.push(format!("conn {i}: stale answer {id:?}: {r:?}"));
+            self.trace.push(Rec::Answer(i, id, r.is_ok()));
             return;
         }
         let k = open[usize::from(pick) % open.len()];
@@ -433,7 +449,7 @@ impl World {
             let r = c.m.handle_roster(now, id, &roster());
             assert!(r.is_ok(), "handle_roster({id:?}) = {r:?}");
             c.pending[k].statuses = Some(&[200]);
-            self.trace.push(format!("conn {i}: roster {id:?}"));
+            self.trace.push(Rec::Answer(i, id, true));
             return;
         }
         let (result, statuses): (SourceResult, &'static [u16]) = match pick % 5 {
@@ -476,7 +492,7 @@ impl World {
                 e.statuses = Some(statuses);
             }
         }
-        self.trace.push(format!("conn {i}: answered {id:?} with {:?}", e.statuses));
+        self.trace.push(Rec::Answered(i, id, e.statuses));
     }
 
     fn timeout(&mut self, i: usize, at: Instant) {
@@ -490,10 +506,7 @@ impl World {
                 c.seen
             );
         }
-        self.trace.push(format!(
-            "conn {i}: timeout at {at:?}, next {:?}",
-            c.m.poll_timeout()
-        ));
+        self.trace.push(Rec::Timeout(i, at, c.m.poll_timeout()));
     }
 
     fn close(&mut self, i: usize) {
@@ -508,7 +521,7 @@ impl World {
         assert!(c.m.poll_event().is_none(), "an event after close");
         assert!(c.m.poll_transmit(now).is_none(), "a transmit after close");
         assert!(c.m.poll_timeout().is_none(), "a deadline after close");
-        self.trace.push(format!("conn {i}: closed"));
+        self.trace.push(Rec::Closed(i));
     }
 
     /// The admission counters against the model, and against their limits.
@@ -588,9 +601,7 @@ impl World {
         let pick = usize::from(src.u8());
         let n = self.conns.len();
         let open = |w: &World, i: usize| !w.conns[i].closed;
-        if std::env::var_os("PEERBLOCK_FUZZ_TRACE").is_some() {
-            self.trace.push(format!("op {op} pick {pick}"));
-        }
+        self.trace.push(Rec::Op(op, pick));
         match op % 13 {
             0 => {
                 if n < MAX_CONNECTIONS {
@@ -620,7 +631,7 @@ impl World {
                 c.seen = c.seen.max(now);
                 c.eof = true;
                 c.m.handle_eof(now);
-                self.trace.push(format!("conn {i}: eof, finished {}", c.m.is_finished()));
+                self.trace.push(Rec::Eof(i, c.m.is_finished()));
                 self.drain(i, true);
             }
             5 | 6 => {
