@@ -4,6 +4,7 @@ fn main() {
     let data = std::fs::read(&args[2]).expect("read input");
     match args[1].as_str() {
         "server_connection" => peerblock_fuzz::server_connection(&data),
+        "exchange" => peerblock_fuzz::exchange(&data),
         other => panic!("unknown target {other}"),
     }
 }

@@ -10,9 +10,11 @@
 //! discarded == fed), limits honoured, and encode/decode round trips.
 #![forbid(unsafe_code)]
 
+mod exchange;
 mod ops;
 mod server_connection;
 
+pub use exchange::exchange;
 pub use server_connection::server_connection;
 
 use bytes::BytesMut;

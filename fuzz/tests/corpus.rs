@@ -73,3 +73,8 @@ fn placement_ids_corpus() {
 fn server_connection_corpus() {
     replay("server_connection", peerblock_fuzz::server_connection);
 }
+
+#[test]
+fn exchange_corpus() {
+    replay("exchange", peerblock_fuzz::exchange);
+}
