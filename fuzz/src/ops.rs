@@ -65,7 +65,10 @@ pub(crate) fn read_through<M: Window>(m: &mut M, now: Instant, data: &[u8], boun
         let Some(w) = m.window() else {
             break;
         };
-        assert!(!w.is_empty(), "read_buf lent an empty window (reads as EOF)");
+        assert!(
+            !w.is_empty(),
+            "read_buf lent an empty window (reads as EOF)"
+        );
         assert!(
             w.len() <= bound,
             "read_buf lent {} bytes, above the bound {bound}",
@@ -88,7 +91,10 @@ pub(crate) fn input_through(data: &[u8], mut input: impl FnMut(&[u8]) -> usize) 
     let mut taken = 0;
     while taken < data.len() {
         let got = input(&data[taken..]);
-        assert!(got <= data.len() - taken, "handle_input took more than offered");
+        assert!(
+            got <= data.len() - taken,
+            "handle_input took more than offered"
+        );
         taken += got;
         if got == 0 {
             break;

@@ -160,9 +160,7 @@ fn roster() -> Roster {
 fn chunk(src: &mut Src<'_>) -> Vec<u8> {
     let pick = src.u8();
     let arg = src.u8();
-    let key: String = std::iter::repeat(format!("{:02x}", arg))
-        .take(32)
-        .collect();
+    let key = format!("{arg:02x}").repeat(32);
     let block = |conn: &str, version: &str| {
         format!(
             "GET /peer/v1/block/{key}/{} {version}\r\nHost: n\r\n{conn}\r\n",
@@ -211,8 +209,9 @@ impl World {
     }
 
     fn accept(&mut self, source: u32) {
-        let m = ServerConnection::accept(self.now, &mut self.admission, source, self.config.clone())
-            .expect("the fuzz server config is valid");
+        let m =
+            ServerConnection::accept(self.now, &mut self.admission, source, self.config.clone())
+                .expect("the fuzz server config is valid");
         let admitted = m.refused().is_none();
         self.trace.push(Rec::Accept(source, m.refused()));
         self.conns.push(Conn {
@@ -307,7 +306,11 @@ impl World {
                     !matches!(error, RequestRejection::Relay(_)),
                     "a relay decline on a transport-only node"
                 );
-                assert_eq!(status, error.status().code(), "Rejected status vs its error");
+                assert_eq!(
+                    status,
+                    error.status().code(),
+                    "Rejected status vs its error"
+                );
                 c.ids.push(id);
                 c.pending.push_back(Expected {
                     id,
@@ -324,7 +327,10 @@ impl World {
                     .iter_mut()
                     .find(|e| e.id == id)
                     .unwrap_or_else(|| panic!("SourceTimedOut for unknown request {id:?}"));
-                assert!(e.statuses.is_none(), "SourceTimedOut for an answered request");
+                assert!(
+                    e.statuses.is_none(),
+                    "SourceTimedOut for an answered request"
+                );
                 e.statuses = Some(&[500]);
             }
         }
@@ -427,7 +433,8 @@ impl World {
                 .find(|e| e.id == id && e.statuses.is_none());
             let r = if pick & 1 == 0 {
                 let ok = waiting.is_some_and(|e| !e.roster);
-                let r = c.m.handle_source(now, &mut self.admission, id, SourceResult::Miss);
+                let r =
+                    c.m.handle_source(now, &mut self.admission, id, SourceResult::Miss);
                 assert_eq!(r.is_ok(), ok && !c.closed, "handle_source({id:?}) = {r:?}");
                 r
             } else {
@@ -571,7 +578,11 @@ impl World {
                         + c.unacked.iter().map(|u| u.bytes).sum::<u64>()
                 })
                 .sum();
-            assert_eq!(a.source_inflight_bytes(&s), bytes, "source {s} in-flight bytes");
+            assert_eq!(
+                a.source_inflight_bytes(&s),
+                bytes,
+                "source {s} in-flight bytes"
+            );
             assert!(bytes <= cfg.max_inflight_bytes_per_source);
             let sessions = a.source_sessions(&s);
             assert!(sessions <= cfg.max_sessions_per_source);
@@ -593,7 +604,11 @@ impl World {
             );
             total += bytes;
         }
-        assert_eq!(a.inflight_bytes(), total, "in-flight bytes: admission vs model");
+        assert_eq!(
+            a.inflight_bytes(),
+            total,
+            "in-flight bytes: admission vs model"
+        );
     }
 
     /// Applies one operation.
@@ -608,7 +623,7 @@ impl World {
                     self.accept(pick as u32 % SOURCES);
                 }
             }
-            1 | 2 | 3 => {
+            1..=3 => {
                 // Bytes arrive (not after the peer's EOF, not on a closed socket).
                 if n == 0 || !open(self, pick % n) || self.conns[pick % n].eof {
                     return;
@@ -660,7 +675,10 @@ impl World {
                 let step = u64::from(src.u16()) * 8;
                 self.now = self.now.saturating_add(Duration::from_millis(step));
                 for i in 0..n {
-                    let due = self.conns[i].m.poll_timeout().is_some_and(|d| d.at <= self.now);
+                    let due = self.conns[i]
+                        .m
+                        .poll_timeout()
+                        .is_some_and(|d| d.at <= self.now);
                     if due && open(self, i) {
                         self.timeout(i, self.now);
                         self.drain(i, true);
@@ -735,7 +753,11 @@ pub fn server_connection(data: &[u8]) {
         let mut twin = src.clone();
         worlds[0].step(op, &mut src);
         worlds[1].step(op, &mut twin);
-        assert_eq!(src.remaining(), twin.remaining(), "the worlds read different arguments");
+        assert_eq!(
+            src.remaining(),
+            twin.remaining(),
+            "the worlds read different arguments"
+        );
         for w in &mut worlds {
             w.check_admission();
         }
@@ -758,15 +780,31 @@ pub fn server_connection(data: &[u8]) {
         }
         w.check_admission();
         let a = &w.admission;
-        assert_eq!(a.sessions(), 0, "sessions left after every connection closed");
-        assert_eq!(a.requests(), 0, "requests left after every connection closed");
-        assert_eq!(a.inflight_bytes(), 0, "bytes left after every connection closed");
+        assert_eq!(
+            a.sessions(),
+            0,
+            "sessions left after every connection closed"
+        );
+        assert_eq!(
+            a.requests(),
+            0,
+            "requests left after every connection closed"
+        );
+        assert_eq!(
+            a.inflight_bytes(),
+            0,
+            "bytes left after every connection closed"
+        );
         for s in 0..SOURCES {
             assert_eq!(a.source_sessions(&s), 0);
             assert_eq!(a.source_inflight_bytes(&s), 0);
         }
         if a.config().rate.is_none() {
-            assert_eq!(a.tracked_sources(), 0, "a source entry outlived its last ticket");
+            assert_eq!(
+                a.tracked_sources(),
+                0,
+                "a source entry outlived its last ticket"
+            );
         }
     }
 }

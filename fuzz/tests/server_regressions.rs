@@ -47,8 +47,13 @@ fn nothing_is_transmitted_after_a_bytes_refusal_that_ends_the_connection() {
         }
     }
     assert_eq!(ids.len(), 2, "both pipelined requests begin");
-    conn.handle_source(now, &mut admission, ids[0], SourceResult::Found(vec![0; 2400].into()))
-        .expect("first answer");
+    conn.handle_source(
+        now,
+        &mut admission,
+        ids[0],
+        SourceResult::Found(vec![0; 2400].into()),
+    )
+    .expect("first answer");
     conn.handle_source(now, &mut admission, ids[1], SourceResult::Miss)
         .expect("second answer");
     let first = conn.poll_transmit(now).expect("the refusal");
