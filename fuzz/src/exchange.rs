@@ -60,6 +60,10 @@ struct Ex {
     transmits: usize,
     /// Latest instant the exchange was given.
     seen: Instant,
+    /// Latest instant of an input offer. The zero-copy world's machine may not have seen
+    /// it (no window lent), so a timeout never goes below it: both worlds' machines then
+    /// clamp to the same instant.
+    input_at: Instant,
 }
 
 impl Window for Exchange {
@@ -276,6 +280,7 @@ impl World {
             verdict: None,
             transmits: 0,
             seen: self.now,
+            input_at: self.now,
         });
     }
 
@@ -410,6 +415,7 @@ impl World {
         let Some(ex) = self.ex() else {
             return;
         };
+        ex.input_at = now;
         let taken = if zero_copy {
             read_through(&mut ex.m, now, &input, bound)
         } else {
@@ -560,9 +566,11 @@ impl World {
             _ => {
                 // A spurious timeout, sometimes with an instant from the past; and an early
                 // take_connection, which gives nothing before the outcome.
+                let input_at = self.ex.as_ref().map_or(Instant::ZERO, |e| e.input_at);
                 let at = self
                     .now
-                    .saturating_sub(Duration::from_millis(pick as u64 * 10));
+                    .saturating_sub(Duration::from_millis(pick as u64 * 10))
+                    .max(input_at);
                 self.timeout(at);
                 if let Some(ex) = self.ex() {
                     if !ex.m.is_finished() {

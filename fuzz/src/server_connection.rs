@@ -76,6 +76,10 @@ struct Conn {
     ended_by_bytes_refusal: bool,
     /// Latest instant this connection was given.
     seen: Instant,
+    /// Latest instant of an input offer. The zero-copy world's machine may not have seen
+    /// it (no window lent, nothing offered), so a timeout never goes below it: both
+    /// worlds' machines then clamp to the same instant.
+    input_at: Instant,
     /// Requests announced by events whose response is not handed out yet, in order.
     pending: VecDeque<Expected>,
     unacked: VecDeque<Unacked>,
@@ -224,6 +228,7 @@ impl World {
             ended: false,
             ended_by_bytes_refusal: false,
             seen: self.now,
+            input_at: self.now,
             pending: VecDeque::new(),
             unacked: VecDeque::new(),
             ids: Vec::new(),
@@ -235,6 +240,7 @@ impl World {
     fn offer(&mut self, i: usize, at: Instant) {
         let c = &mut self.conns[i];
         c.seen = c.seen.max(at);
+        c.input_at = c.input_at.max(at);
         let taken = if self.zero_copy {
             read_through(&mut c.m, at, &c.input, REQUEST_BUFFER_BYTES)
         } else {
@@ -704,7 +710,8 @@ impl World {
                 }
                 let i = pick % n;
                 let back = Duration::from_millis(u64::from(src.u8()) * 10);
-                self.timeout(i, self.now.saturating_sub(back));
+                let at = self.now.saturating_sub(back).max(self.conns[i].input_at);
+                self.timeout(i, at);
                 self.drain(i, true);
             }
             11 => {
