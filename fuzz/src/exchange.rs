@@ -32,8 +32,8 @@ const MAX_TEMPLATE_BODY: u64 = 8 * 1024;
 /// `tests/exchange_regressions.rs` holds the failing case, ignored until then): while the
 /// validator runs on a response that closed the decoder (`Connection: close`), `read_buf`
 /// lends a [`READ_WINDOW_BYTES`] window, above the bound [`RESPONSE_BUFFER_BYTES`]
-/// documents (at most the body limit beyond it). With this set, windows while validating
-/// are only held to [`READ_WINDOW_BYTES`].
+/// documents (at most the body limit beyond it). With this set, windows of an exchange
+/// with a validator are only held to [`READ_WINDOW_BYTES`].
 const TOLERATE_WINDOW_FROM_CLOSED_DECODER: bool = true;
 
 /// What the current exchange asked for.
@@ -402,7 +402,8 @@ impl World {
         let Some(kind) = self.ex.as_ref().filter(|e| !e.done).map(|e| e.kind) else {
             return;
         };
-        let validating = self.ex.as_ref().is_some_and(|e| e.validate.is_some());
+        // Validating can begin inside this offer (before its Validate event is drained).
+        let validating = matches!(kind, Kind::Validated { validate: true, .. });
         let bound = if TOLERATE_WINDOW_FROM_CLOSED_DECODER && validating {
             READ_WINDOW_BYTES
         } else {
