@@ -1514,3 +1514,38 @@ fn nothing_is_transmitted_after_a_response_that_ends_the_connection() {
     conn.close(T0, &mut adm);
     assert_released(&adm);
 }
+
+/// Asks for the requests dropped behind a response that ended the connection are
+/// withdrawn if not yet polled, and a late answer to one is local misuse.
+#[test]
+fn asks_for_requests_dropped_behind_an_ending_response_are_withdrawn() {
+    let mut adm = admission(AdmissionConfig {
+        max_inflight_bytes: 3000,
+        max_inflight_bytes_per_source: 2000,
+        ..AdmissionConfig::default()
+    });
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let first = fetch_ids(&events(&mut conn));
+    // The second request is begun (its ask queued) but its ask is not polled.
+    input(&mut conn, &mut adm, &get(path(2), ""));
+    conn.handle_source(
+        T0,
+        &mut adm,
+        first[0].0,
+        SourceResult::Found(Bytes::from(vec![0; 2400])),
+    )
+    .unwrap();
+    let t = conn.poll_transmit(T0).expect("the refusal");
+    assert_eq!(t.close, Close::Linger);
+    conn.handle_transmitted(T0, &mut adm);
+    assert!(
+        events(&mut conn)
+            .iter()
+            .all(|e| !matches!(e, ServerEvent::Fetch { .. })),
+        "the dropped request's ask is withdrawn"
+    );
+    assert_eq!(adm.requests(), 0);
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}

@@ -10,6 +10,13 @@
 //! discarded == fed), limits honoured, and encode/decode round trips.
 #![forbid(unsafe_code)]
 
+mod exchange;
+mod ops;
+mod server_connection;
+
+pub use exchange::exchange;
+pub use server_connection::server_connection;
+
 use bytes::BytesMut;
 use peerblock_core::http::{
     BodyLimit, ChunkedDecoder, ChunkedError, OutgoingRequest, RequestDecoder, RequestError,

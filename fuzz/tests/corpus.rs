@@ -68,3 +68,13 @@ fn load_corpus() {
 fn placement_ids_corpus() {
     replay("placement_ids", peerblock_fuzz::placement_ids);
 }
+
+#[test]
+fn server_connection_corpus() {
+    replay("server_connection", peerblock_fuzz::server_connection);
+}
+
+#[test]
+fn exchange_corpus() {
+    replay("exchange", peerblock_fuzz::exchange);
+}

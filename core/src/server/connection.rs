@@ -1187,7 +1187,9 @@ impl<S: Ord + Clone> ServerConnection<S> {
 
     /// The oldest handed-out, unacknowledged [`Transmit`] has been fully written: release
     /// its request slot and bytes, act on its [`Close`], and decode and begin more
-    /// pipelined requests. A spurious call (nothing unacknowledged) is harmless.
+    /// pipelined requests. If it ended the connection, the requests queued behind it are
+    /// dropped (slots released, unpolled asks withdrawn). A spurious call (nothing
+    /// unacknowledged) is harmless.
     pub fn handle_transmitted(&mut self, now: Instant, admission: &mut Admission<S>) {
         let now = self.clamp(now);
         let Some(done) = self.unacked.pop_front() else {
@@ -1199,12 +1201,22 @@ impl<S: Ord + Clone> ServerConnection<S> {
         self.send_since = (!self.unacked.is_empty()).then_some(now);
         if done.close.ends_connection() {
             // The requests queued behind the response that ended the connection will never
-            // be answered: give their slots and bytes back now rather than at `close`.
+            // be answered: give their slots and bytes back now rather than at `close`, and
+            // withdraw the asks for them not yet polled (answers to ones already polled
+            // are `Err(UnknownRequest)`, as after a source timeout).
             for slot in self.queue.drain(..) {
                 if let Some(ticket) = slot.ticket {
                     admission.finish_request(now, None, ticket);
                 }
             }
+            self.events.retain(|e| {
+                !matches!(
+                    e,
+                    ServerEvent::Fetch { .. }
+                        | ServerEvent::Relay { .. }
+                        | ServerEvent::Roster { .. }
+                )
+            });
         }
         match done.close {
             Close::KeepOpen => {}
