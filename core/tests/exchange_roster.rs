@@ -264,14 +264,14 @@ fn roster_fetch_merges_into_the_callers_membership_crediting_the_responder() {
 // `Roster{Epoch string; Members []RosterMember}` (field names as keys, a whole float64
 // weight without a fraction, a nil slice as `null`).
 const GO_ROSTER: &str =
-    r#"{"Epoch":"7","Members":[{"ID":"n1","Addr":"127.0.0.1:7070","Weight":1}]}"#;
+    r#"{"Epoch":"7","Members":[{"ID":"n1","Addr":"node-1.test:7070","Weight":1}]}"#;
 const GO_ZERO_ROSTER: &str = r#"{"Epoch":"","Members":null}"#;
 
 #[test]
 fn a_go_peers_roster_is_learned_through_the_exchange() {
     let mut pair = pair();
     pair.script(scripted_roster("n1", GO_ROSTER), false);
-    let out = pair.exchange(ExchangeRequest::roster("127.0.0.1:7070", None));
+    let out = pair.exchange(ExchangeRequest::roster("node-1.test:7070", None));
     let (roster, responder) = roster_of(&out.ending);
     assert_eq!(responder, Some("n1"));
     assert_eq!(roster.epoch, 7);
@@ -279,7 +279,7 @@ fn a_go_peers_roster_is_learned_through_the_exchange() {
         roster.members,
         vec![RosterMember {
             id: "n1".into(),
-            addr: "127.0.0.1:7070".into(),
+            addr: "node-1.test:7070".into(),
             weight: 1.0,
         }]
     );
@@ -290,7 +290,7 @@ fn a_go_peers_roster_is_learned_through_the_exchange() {
 fn a_go_peer_with_no_epoch_and_null_members_is_never_newer() {
     let mut pair = pair();
     pair.script(scripted_roster("n1", GO_ZERO_ROSTER), false);
-    let out = pair.exchange(ExchangeRequest::roster("127.0.0.1:7070", None));
+    let out = pair.exchange(ExchangeRequest::roster("node-1.test:7070", None));
     let Ending::Roster(answer) = out.ending else {
         panic!("expected a roster, got {:?}", out.ending)
     };
@@ -316,7 +316,7 @@ fn a_go_peer_with_no_epoch_and_null_members_is_never_newer() {
     assert_eq!(mine.epoch(), 5);
     assert_eq!(
         mine.addr("n1"),
-        Some("127.0.0.1:7070"),
+        Some("node-1.test:7070"),
         "first-hand still updates"
     );
 }
