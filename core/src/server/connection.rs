@@ -738,19 +738,28 @@ impl<S: Ord + Clone> ServerConnection<S> {
         }
     }
 
+    /// A refused connection stops waiting for its request head (end of stream or its
+    /// deadline): a partial head is answered with the refusal, no byte at all ends the
+    /// connection without one.
+    fn end_refusal_wait(&mut self, now: Instant) {
+        match &self.refusal_head {
+            Some(head) if head.seen > 0 => self.refusal_input(now),
+            Some(_) => {
+                self.refusal_head = None;
+                self.finished = true;
+            }
+            None => {}
+        }
+    }
+
     /// The client closed its sending side: no more bytes will come. Requests already
     /// received (buffered or decoded) are still answered; the connection finishes once
     /// they are written.
     pub fn handle_eof(&mut self, now: Instant) {
         let now = self.clamp(now);
         self.eof = true;
-        if let Some(head) = &self.refusal_head {
-            if head.seen > 0 {
-                self.refusal_input(now);
-            } else {
-                self.refusal_head = None;
-                self.finished = true;
-            }
+        if self.refusal_head.is_some() {
+            self.end_refusal_wait(now);
             return;
         }
         if self.linger_until.is_some() {
@@ -1291,15 +1300,14 @@ impl<S: Ord + Clone> ServerConnection<S> {
             return;
         }
         let c = Arc::clone(&self.config);
-        if let Some(head) = &self.refusal_head {
-            if head.deadline <= now {
-                if head.seen > 0 {
-                    self.refusal_input(now);
-                } else {
-                    self.refusal_head = None;
-                    self.finished = true;
-                    return;
-                }
+        if self
+            .refusal_head
+            .as_ref()
+            .is_some_and(|h| h.deadline <= now)
+        {
+            self.end_refusal_wait(now);
+            if self.finished {
+                return;
             }
         }
         if self.linger_until.is_some_and(|at| at <= now)
