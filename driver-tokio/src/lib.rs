@@ -1,6 +1,38 @@
 //! # peerblock-tokio
 //!
-//! The tokio driver for `peerblock-core`: it will own sockets, timers and tasks and run the
-//! core machines over them (client pool, server, read runner, roster, and the
-//! `peerblock-node` binary). It is not built yet: this crate currently exports nothing, so
-//! that no one mistakes it for a working driver.
+//! The tokio driver for `peerblock-core`, and the `peerblock-node` binary built on it.
+//!
+//! Core decides everything; this crate owns sockets, tasks, timers and files and nothing
+//! else. Each part drives one of core's machines:
+//!
+//! | module | drives | what it owns |
+//! |---|---|---|
+//! | [`server`] | `server::ServerConnection` + one shared `server::Admission` | the listener, one task per connection, the refusal path, graceful shutdown |
+//! | [`source`] | – | the [`source::BlockSource`] trait and the file and memory stores |
+//! | [`client`] | `client::Exchange` + one shared `client::Peers` | the connection pool, dials and their deadline |
+//! | [`reader`] | `read::Read` | lookups through a [`reader::Discovery`], the read's GETs, its timers |
+//! | [`roster`] | `roster::Refresh` + one shared `roster::Membership` | periodic roster exchange |
+//! | [`manifest`] | – | content addressing: import, manifests, block validation |
+//! | [`config`] | – | the node's TOML configuration |
+//! | [`metrics`] | – | the Prometheus metrics |
+//!
+//! docs/architecture.md says how core's driving contract maps onto tokio; docs/node.md is
+//! the operator's manual for `peerblock-node`.
+
+#![warn(missing_docs)]
+
+use std::sync::{Arc, Mutex};
+
+pub mod client;
+pub mod config;
+pub mod manifest;
+pub mod metrics;
+pub mod reader;
+pub mod roster;
+pub mod server;
+pub mod source;
+
+/// The node's roster table, shared by its server (which answers roster requests and learns
+/// identified callers), its roster service and its discovery. A plain mutex: every use is
+/// short and never held across an `.await`.
+pub type SharedMembership = Arc<Mutex<peerblock_core::roster::Membership>>;
