@@ -1,6 +1,10 @@
-//! `hyper-baseline SIZE ADDR`: answers every request with SIZE bytes held in memory
+//! `hyper-baseline SIZE ADDR [FILE]`: answers every request with SIZE bytes held in memory
 //! (HTTP/1.1, keep-alive, Content-Length), on a multi-threaded tokio runtime. Prints
 //! `listening ADDR` once bound. The baseline the node is compared against.
+//!
+//! The bytes are 0xa5 repeated, or the first SIZE bytes of FILE when it is given (read once
+//! at start-up; FILE must hold at least SIZE bytes), so a benchmark can check that every
+//! server it compares answers with the very same bytes.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,12 +23,25 @@ async fn main() -> std::io::Result<()> {
     let size: usize = args
         .next()
         .and_then(|s| s.parse().ok())
-        .expect("usage: hyper-baseline SIZE ADDR");
+        .expect("usage: hyper-baseline SIZE ADDR [FILE]");
     let addr: SocketAddr = args
         .next()
         .and_then(|s| s.parse().ok())
-        .expect("usage: hyper-baseline SIZE ADDR");
-    let block = Bytes::from(vec![0xa5u8; size]);
+        .expect("usage: hyper-baseline SIZE ADDR [FILE]");
+    let block = match args.next() {
+        Some(path) => {
+            let mut bytes = std::fs::read(&path)?;
+            if bytes.len() < size {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{path} holds {} bytes, fewer than SIZE {size}", bytes.len()),
+                ));
+            }
+            bytes.truncate(size);
+            Bytes::from(bytes)
+        }
+        None => Bytes::from(vec![0xa5u8; size]),
+    };
     let listener = TcpListener::bind(addr).await?;
     println!("listening {}", listener.local_addr()?);
     loop {
