@@ -185,9 +185,10 @@ def raise_nofile(need):
         sys.exit(f"need {need} file descriptors, the hard limit is {hard}")
 
 
-def request_bytes(host, port, path):
+def request_bytes(host, port, path, close=False):
+    extra = "Connection: close\r\n" if close else ""
     return (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            f"User-Agent: peerblock-bench\r\n\r\n").encode()
+            f"User-Agent: peerblock-bench\r\n{extra}\r\n").encode()
 
 
 async def read_response(reader):
@@ -285,7 +286,9 @@ async def idle(args):
 async def refuse(args):
     raise_nofile(args.fill + args.count + 64)
     fill_req = request_bytes(args.host, args.port, args.fill_path)
-    req = request_bytes(args.host, args.port, args.path)
+    # The calibration run (--fill 0) asks its server to close after answering, as a
+    # refusal does, so both runs also time the end of the stream.
+    req = request_bytes(args.host, args.port, args.path, close=not args.fill)
     fillers = []
     # Slow readers: each asks for a large block and never reads, with a small receive
     # buffer, so its response stays unwritten and its session stays taken.
@@ -317,8 +320,9 @@ async def refuse(args):
         }
 
     # Saturation check: a probe must be refused for `sessions` before timing starts.
+    # (--fill 0 is the calibration run against a server that answers at once: no check.)
     deadline = time.monotonic() + 10
-    while True:
+    while args.fill:
         probe = await asyncio.wait_for(attempt(), 10)
         if probe["status"] == 503 and probe["reason"] == "sessions":
             break
@@ -337,7 +341,7 @@ async def refuse(args):
     results = await asyncio.gather(*(guarded() for _ in range(args.count)))
     wall = time.monotonic() - t0
     # Saturation must have held throughout: check again at the end.
-    probe_end = await asyncio.wait_for(attempt(), 10)
+    probe_end = await asyncio.wait_for(attempt(), 10) if args.fill else {"status": None}
     for s in fillers:
         s.close()
 

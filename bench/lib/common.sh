@@ -37,12 +37,13 @@ need_cmds() {
 # The nginx binary (Debian puts it in /usr/sbin, which a non-login PATH may lack).
 nginx_bin() { command -v nginx 2>/dev/null || echo /usr/sbin/nginx; }
 
-node_bin() { echo "${CARGO_TARGET_DIR:-$REPO/target}/release/peerblock-node"; }
-hyper_bin() { echo "${CARGO_TARGET_DIR:-$BENCH_DIR/hyper-baseline/target}/release/hyper-baseline"; }
+# PEERBLOCK_NODE_BIN / HYPER_BASELINE_BIN name prebuilt binaries (then nothing is built).
+node_bin() { echo "${PEERBLOCK_NODE_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/peerblock-node}"; }
+hyper_bin() { echo "${HYPER_BASELINE_BIN:-${CARGO_TARGET_DIR:-$BENCH_DIR/hyper-baseline/target}/release/hyper-baseline}"; }
 
-# build_node: release build of peerblock-node (skipped with NO_BUILD=1).
+# build_node: release build of peerblock-node (skipped with NO_BUILD=1 or PEERBLOCK_NODE_BIN).
 build_node() {
-    if [[ ${NO_BUILD:-0} == 1 ]]; then
+    if [[ ${NO_BUILD:-0} == 1 || -n ${PEERBLOCK_NODE_BIN:-} ]]; then
         [[ -x $(node_bin) ]] || die "NO_BUILD=1 but $(node_bin) does not exist"
         return
     fi
@@ -52,7 +53,7 @@ build_node() {
 
 # build_hyper: release build of the hyper baseline (its own crate and lock).
 build_hyper() {
-    if [[ ${NO_BUILD:-0} == 1 ]]; then
+    if [[ ${NO_BUILD:-0} == 1 || -n ${HYPER_BASELINE_BIN:-} ]]; then
         [[ -x $(hyper_bin) ]] || die "NO_BUILD=1 but $(hyper_bin) does not exist"
         return
     fi
