@@ -196,6 +196,163 @@ impl Metrics {
     }
 }
 
+/// Content type of [`serve_metrics`]' answer: the OpenMetrics text that
+/// [`Metrics::render`] produces (Prometheus negotiates and scrapes it).
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Largest request head the metrics endpoint reads (8 KiB, the bound a served peer
+/// request head has); a longer head is answered `431` and closed.
+pub const MAX_METRICS_HEAD_BYTES: usize = 8 * 1024;
+
+/// How long the metrics endpoint waits for a request head, and then for its answer to be
+/// written: a scraper sends its request at once; a silent connection is closed.
+pub const METRICS_IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Scrape connections served at once. A Prometheus server scrapes one connection at a
+/// time; 16 leaves room for a few humans with curl. Further connections are closed at
+/// once without an answer (each costs one accept and one close).
+pub const MAX_METRICS_CONNECTIONS: usize = 16;
+
+/// Serves the metrics over HTTP/1.1 on `listener` until `shutdown` completes.
+///
+/// Answers `GET /metrics` (and `HEAD`) with [`Metrics::render`] as
+/// [`METRICS_CONTENT_TYPE`], any other path `404`, any other method `405`, a head that is
+/// not HTTP or longer than [`MAX_METRICS_HEAD_BYTES`] `400`/`431`; every answer closes the
+/// connection. One short task per connection, at most [`MAX_METRICS_CONNECTIONS`] at once,
+/// each bounded by [`METRICS_IO_TIMEOUT`] for reading and again for writing.
+///
+/// The endpoint runs on its own admin address (`--metrics ADDR`), never the peer port:
+/// the peer port is metered by admission and refuses when full, exactly when an operator
+/// needs the numbers; and the admin address can be bound to loopback or a management
+/// network while the peer port faces the world.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_METRICS_CONNECTIONS));
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Per-connection errors (a reset before accept, descriptor exhaustion)
+                    // must not end the endpoint; back off briefly so a persistent error
+                    // does not spin.
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "metrics endpoint: connection bound reached, closing");
+            drop(stream);
+            continue;
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            if let Err(e) = answer_scrape(stream, &metrics).await {
+                tracing::debug!(%peer, error = %e, "metrics endpoint: connection ended");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Reads one request head and answers it (see [`serve_metrics`]).
+async fn answer_scrape(
+    mut stream: tokio::net::TcpStream,
+    metrics: &Metrics,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    let read_head = async {
+        loop {
+            if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
+                return Ok(true);
+            }
+            if head.len() >= MAX_METRICS_HEAD_BYTES {
+                return Ok(false);
+            }
+            let want = buf.len().min(MAX_METRICS_HEAD_BYTES - head.len());
+            let n = stream.read(&mut buf[..want]).await?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed before a complete request head",
+                ));
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+    };
+    let complete = tokio::time::timeout(METRICS_IO_TIMEOUT, read_head)
+        .await
+        .map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::TimedOut, "request head timed out")
+        })??;
+    let (status, body, head_only) = if !complete {
+        (
+            "431 Request Header Fields Too Large",
+            String::from("request head too large\n"),
+            false,
+        )
+    } else {
+        let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(line);
+        let mut parts = line.trim_end_matches('\r').split(' ');
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(method), Some(target), Some(version), None) if version.starts_with("HTTP/1.") => {
+                let path = target.split('?').next().unwrap_or_default();
+                match (method, path) {
+                    ("GET" | "HEAD", "/metrics") => ("200 OK", metrics.render(), method == "HEAD"),
+                    ("GET" | "HEAD", _) => (
+                        "404 Not Found",
+                        String::from("not found: try /metrics\n"),
+                        method == "HEAD",
+                    ),
+                    _ => (
+                        "405 Method Not Allowed",
+                        String::from("only GET /metrics\n"),
+                        false,
+                    ),
+                }
+            }
+            _ => (
+                "400 Bad Request",
+                String::from("not an HTTP/1.1 request\n"),
+                false,
+            ),
+        }
+    };
+    let content_type = if status.starts_with("200") {
+        METRICS_CONTENT_TYPE
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    let mut response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if status.starts_with("405") {
+        response.push_str("Allow: GET, HEAD\r\n");
+    }
+    response.push_str("\r\n");
+    let write = async {
+        stream.write_all(response.as_bytes()).await?;
+        if !head_only {
+            stream.write_all(body.as_bytes()).await?;
+        }
+        stream.shutdown().await
+    };
+    tokio::time::timeout(METRICS_IO_TIMEOUT, write)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "answer timed out"))?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
