@@ -34,6 +34,8 @@ use peerblock_core::read::{ReadConfig, ReadConfigError};
 use peerblock_core::roster::{RefreshConfig, RefreshConfigError, MAX_ROSTER_MEMBERS};
 use peerblock_core::server::{
     AdmissionConfig, AdmissionConfigError, RateLimit, RelayConfig, ServerConfig, ServerConfigError,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_LINGER, DEFAULT_REFUSAL_HEAD_TIMEOUT, DEFAULT_SEND_TIMEOUT,
+    DEFAULT_SOURCE_TIMEOUT,
 };
 use serde::{Deserialize, Deserializer};
 
@@ -230,7 +232,6 @@ pub struct ListenerConfig {
 impl Default for ListenerConfig {
     fn default() -> Self {
         let a = AdmissionConfig::default();
-        let s = ServerConfig::new("x", "x");
         ListenerConfig {
             max_sessions: a.max_sessions,
             max_sessions_per_source: a.max_sessions_per_source,
@@ -241,11 +242,11 @@ impl Default for ListenerConfig {
             rate: None,
             max_tracked_sources: a.max_tracked_sources,
             retry_after: a.retry_after,
-            idle_timeout: s.idle_timeout,
-            source_timeout: s.source_timeout,
-            send_timeout: s.send_timeout,
-            linger: s.linger,
-            refusal_head_timeout: s.refusal_head_timeout,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            source_timeout: DEFAULT_SOURCE_TIMEOUT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+            linger: DEFAULT_LINGER,
+            refusal_head_timeout: DEFAULT_REFUSAL_HEAD_TIMEOUT,
             relay: true,
             max_hop: RelayConfig::default().max_hop,
         }
