@@ -127,13 +127,13 @@ pub struct ServeArgs {
     /// (BLAKE3 of a fixed tag and the name).
     #[arg(long, value_name = "ID")]
     pub id: String,
-    /// Store directory (created if missing): <DIR>/<chunk-hex>/<index>.
+    /// Store directory, created if missing (layout DIR/CHUNK-HEX/INDEX).
     #[arg(long, value_name = "DIR")]
     pub store: PathBuf,
     /// A peer (HOST:PORT) asked for the roster at start; repeat for several.
     #[arg(long = "seed", value_name = "ADDR")]
     pub seeds: Vec<String>,
-    /// TOML configuration file ([listener], [client], [read], [roster]).
+    /// TOML configuration file (tables listener, client, read, roster; see docs/node.md).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Admin address serving GET /metrics (Prometheus text), e.g. 127.0.0.1:9100.
@@ -167,10 +167,10 @@ pub struct FetchArgs {
     /// Where to write the file (replaced once it is complete and valid).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
-    /// TOML configuration file ([client], [read], [roster] apply).
+    /// TOML configuration file (its client, read and roster tables apply).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Blocks read at once (1 to 64; default [read] parallel, 8).
+    /// Blocks read at once (1 to 64; default: the read table's parallel, 8).
     #[arg(long, value_name = "N")]
     pub parallel: Option<usize>,
 }
@@ -193,7 +193,7 @@ pub struct GetArgs {
     /// Write the block here (default: stdout).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// TOML configuration file ([client] applies).
+    /// TOML configuration file (its client table applies).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
