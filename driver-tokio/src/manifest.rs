@@ -438,16 +438,20 @@ pub fn import_with_progress(
     let chunk = manifest.chunk_key();
     let dest = chunk_dir(store, &chunk);
     let blocks = manifest.blocks();
-    let already_present = dest.join("0").is_file();
+    let mut already_present = dest.join("0").is_file();
     if already_present {
         let _ = fs::remove_dir_all(&tmp);
     } else if let Err(e) = fs::rename(&tmp, &dest) {
         let _ = fs::remove_dir_all(&tmp);
-        return Err(ImportError::Io {
-            what: "cannot move the imported chunk into place at",
-            path: dest,
-            source: e,
-        });
+        // A concurrent import of the same content may have won the rename.
+        if !dest.join("0").is_file() {
+            return Err(ImportError::Io {
+                what: "cannot move the imported chunk into place at",
+                path: dest,
+                source: e,
+            });
+        }
+        already_present = true;
     }
     Ok(ImportReport {
         chunk,
