@@ -535,7 +535,10 @@ impl Conn {
         }
         if self.out.is_none() {
             if let Some(tx) = self.machine.poll_transmit(now) {
-                self.shared.metrics.inflight_bytes.inc_by(tx.body.len() as i64);
+                self.shared
+                    .metrics
+                    .inflight_bytes
+                    .inc_by(tx.body.len() as i64);
                 self.out = Some(Outgoing { tx, written: 0 });
             }
         }
@@ -561,8 +564,12 @@ impl Conn {
                         let mut table = membership.lock().unwrap_or_else(PoisonError::into_inner);
                         if let Some(caller) = &caller {
                             match table.learn(now, &caller.id, &caller.addr) {
-                                Ok(changed) => tracing::debug!(peer = %self.peer, id = %caller.id, addr = %caller.addr, changed, "roster caller learned"),
-                                Err(e) => tracing::debug!(peer = %self.peer, id = %caller.id, error = %e, "roster caller not learned"),
+                                Ok(changed) => {
+                                    tracing::debug!(peer = %self.peer, id = %caller.id, addr = %caller.addr, changed, "roster caller learned")
+                                }
+                                Err(e) => {
+                                    tracing::debug!(peer = %self.peer, id = %caller.id, error = %e, "roster caller not learned")
+                                }
                             }
                             self.shared
                                 .metrics
@@ -635,8 +642,7 @@ impl Conn {
                     let slices = [IoSlice::new(&head[out.written..]), IoSlice::new(body)];
                     self.stream.try_write_vectored(&slices)
                 } else {
-                    self.stream
-                        .try_write(&body[out.written - head.len()..])
+                    self.stream.try_write(&body[out.written - head.len()..])
                 };
                 match written {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -679,7 +685,9 @@ impl Conn {
             // Both end our sending side now; `AfterWrite` has finished the machine, and a
             // lingering one keeps reading (discarded) until EOF or its linger deadline.
             Close::AfterWrite | Close::Linger => {
-                if let Err(e) = socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Write) {
+                if let Err(e) =
+                    socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Write)
+                {
                     if e.kind() != io::ErrorKind::NotConnected {
                         return Err(e);
                     }
@@ -710,7 +718,9 @@ impl Conn {
         match &ended {
             Ended::Finished => tracing::debug!(peer = %self.peer, "connection finished"),
             Ended::Shutdown => tracing::debug!(peer = %self.peer, "connection closed by shutdown"),
-            Ended::Io(e) => tracing::debug!(peer = %self.peer, error = %e, "connection ended by a socket error"),
+            Ended::Io(e) => {
+                tracing::debug!(peer = %self.peer, error = %e, "connection ended by a socket error")
+            }
         }
         self.close();
     }

@@ -343,3 +343,93 @@ impl BlockSource for MemoryStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peerblock_core::wire::{ChunkKey, Hop};
+
+    fn request(path: BlockPath) -> SourceRequest {
+        SourceRequest {
+            path,
+            origin: None,
+            hop: Hop(0),
+        }
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "peerblock-source-{tag}-{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    #[tokio::test]
+    async fn file_store_puts_under_the_documented_layout_and_reads_back() {
+        let root = scratch("layout");
+        let store = FileStore::new(&root, 1024);
+        let path = BlockPath {
+            key: ChunkKey::from_bytes(&[0x0a, 0xbc]).unwrap(),
+            index: 17,
+        };
+        store.put(path, Bytes::from_static(b"hello")).await.unwrap();
+        assert_eq!(store.file_of(&path), root.join("0abc").join("17"));
+        let names: Vec<_> = std::fs::read_dir(root.join("0abc"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["17"], "no temporary file is left behind");
+        assert_eq!(
+            store.fetch(&request(path)).await,
+            SourceResult::Found(Bytes::from_static(b"hello"))
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn file_store_missing_block_is_a_miss() {
+        let store = FileStore::new(scratch("missing"), 1024);
+        let path = BlockPath {
+            key: ChunkKey::from_bytes(&[1]).unwrap(),
+            index: 0,
+        };
+        assert_eq!(store.fetch(&request(path)).await, SourceResult::Miss);
+    }
+
+    #[tokio::test]
+    async fn file_store_block_above_the_max_block_size_fails_unread() {
+        let root = scratch("oversize");
+        let big = FileStore::new(&root, 100);
+        let small = FileStore::new(&root, 10);
+        let path = BlockPath {
+            key: ChunkKey::from_bytes(&[2]).unwrap(),
+            index: 3,
+        };
+        big.put(path, Bytes::from(vec![7u8; 11])).await.unwrap();
+        assert_eq!(small.fetch(&request(path)).await, SourceResult::Failed);
+        assert!(matches!(
+            small.put(path, Bytes::from(vec![7u8; 11])).await,
+            Err(StoreError::TooLarge {
+                len: 11,
+                max: 10,
+                ..
+            })
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn file_store_unreadable_block_fails() {
+        let root = scratch("unreadable");
+        let store = FileStore::new(&root, 1 << 20);
+        let path = BlockPath {
+            key: ChunkKey::from_bytes(&[3]).unwrap(),
+            index: 0,
+        };
+        // A directory where the block file should be: an I/O error other than NotFound.
+        std::fs::create_dir_all(store.file_of(&path)).unwrap();
+        assert_eq!(store.fetch(&request(path)).await, SourceResult::Failed);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

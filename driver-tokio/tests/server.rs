@@ -123,24 +123,6 @@ impl Client {
         self.stream.write_all(bytes).await.expect("write request");
     }
 
-    /// One read into the decoder; returns how many bytes arrived (0 at end of stream).
-    async fn read_some(&mut self) -> usize {
-        if !self.expecting {
-            self.decoder
-                .expect(BodyLimit::AtMost(64 * 1024 * 1024))
-                .expect("decoder idle");
-            self.expecting = true;
-        }
-        let buf = self.decoder.read_buf();
-        let n = self.stream.read(buf).await.expect("read response");
-        if n == 0 {
-            self.decoder.handle_eof();
-        } else {
-            self.decoder.advance(n);
-        }
-        n
-    }
-
     /// The next complete response.
     async fn response(&mut self) -> Response {
         if !self.expecting {
@@ -352,10 +334,8 @@ async fn source_failure_is_500() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_slower_than_source_timeout_is_500() {
     bounded(async {
-        let (handle, store) = node(|o| {
-            with_config(o, |c| c.source_timeout = Duration::from_millis(100))
-        })
-        .await;
+        let (handle, store) =
+            node(|o| with_config(o, |c| c.source_timeout = Duration::from_millis(100))).await;
         let p = path(6, 0);
         store.insert(p, block_for(&p, 100));
         store.set_behaviour(MemoryBehaviour::Delay(Duration::from_secs(20)));
@@ -574,10 +554,8 @@ async fn sessions_are_released_when_clients_reset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_is_closed_after_the_idle_timeout() {
     bounded(async {
-        let (handle, store) = node(|o| {
-            with_config(o, |c| c.idle_timeout = Duration::from_millis(200))
-        })
-        .await;
+        let (handle, store) =
+            node(|o| with_config(o, |c| c.idle_timeout = Duration::from_millis(200))).await;
         let p = path(11, 0);
         store.insert(p, block_for(&p, 10));
         let mut c = Client::connect(handle.local_addr()).await;
@@ -601,30 +579,53 @@ async fn graceful_shutdown_finishes_an_inflight_response_then_refuses_connects()
         let block = block_for(&p, 1024 * 1024);
         store.insert(p, block.clone());
         let addr = handle.local_addr();
-        // A slow reader: a small receive buffer, so the response cannot all sit in kernel
-        // buffers and is still being written when shutdown is asked.
+        // The response is still to come when shutdown is asked: the source answers late,
+        // and the reader (a small receive buffer) takes the body slowly after that.
+        store.set_behaviour(MemoryBehaviour::Delay(Duration::from_millis(300)));
         let socket = TcpSocket::new_v4().expect("socket");
         socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
         let mut c = Client::from_stream(socket.connect(addr).await.expect("connect"));
         c.send(get(&p).as_bytes()).await;
-        assert!(c.read_some().await > 0, "the response started");
-        let (tx, mut stopped) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            handle.shutdown(Duration::from_secs(10)).await;
-            let _ = tx.send(());
-        });
-        tokio::task::yield_now().await;
-        assert!(
-            stopped.try_recv().is_err(),
-            "shutdown waits for the in-flight response"
-        );
+        while store.fetches() == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let stopping = tokio::spawn(handle.shutdown(Duration::from_secs(10)));
         let r = c.response().await;
         assert_eq!(r.status(), 200);
         assert_eq!(r.body.len(), block.len());
         assert_eq!(r.body, block);
-        stopped.await.expect("shutdown resolved");
+        stopping.await.expect("shutdown resolved");
         let refused = TcpStream::connect(addr).await;
         assert!(refused.is_err(), "the listener is closed: {refused:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_connections_still_busy_after_the_grace_period() {
+    bounded(async {
+        let (handle, store) = node(|_| {}).await;
+        let p = path(14, 0);
+        store.insert(p, block_for(&p, 8 * 1024 * 1024));
+        let metrics = handle.metrics().clone();
+        // A reader that never reads an 8 MiB response: it cannot finish within the grace.
+        let socket = TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+        let mut c =
+            Client::from_stream(socket.connect(handle.local_addr()).await.expect("connect"));
+        c.send(get(&p).as_bytes()).await;
+        while store.fetches() == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let started = std::time::Instant::now();
+        handle.shutdown(Duration::from_millis(200)).await;
+        let took = started.elapsed();
+        println!("shutdown with a 200 ms grace and a stuck reader took {took:?}");
+        assert!(took >= Duration::from_millis(150), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let text = metrics.render();
+        assert!(text.contains("peerblock_sessions_open 0"), "{text}");
+        assert!(text.contains("peerblock_inflight_bytes 0"), "{text}");
     })
     .await;
 }
@@ -649,10 +650,11 @@ async fn roster_request_is_answered_from_the_membership_and_its_caller_is_learne
         c.send(req.as_bytes()).await;
         let r = c.response().await;
         assert_eq!(r.status(), 200);
-        let table = membership.lock().unwrap();
+        {
+            let table = membership.lock().unwrap();
         assert_eq!(table.addr("peer-9"), Some("peer-9.test:7070"), "caller learned");
         assert_eq!(&r.body[..], &table.snapshot().to_json()[..]);
-        drop(table);
+        }
         let text = String::from_utf8(r.body.to_vec()).unwrap();
         assert!(text.contains("peer-9") && text.contains("\"7\""), "{text}");
         handle.shutdown(Duration::from_secs(1)).await;
