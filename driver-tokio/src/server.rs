@@ -27,6 +27,7 @@
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio::time::Sleep;
 
 use crate::metrics::Metrics;
-use crate::source::BlockSource;
+use crate::source::{BlockFuture, BlockSource};
 use crate::SharedMembership;
 
 /// Most connections refused at accept that are answered at once (each on a small task of
@@ -549,14 +550,12 @@ impl Conn {
             ServerEvent::Fetch { id, request } => {
                 tracing::trace!(peer = %self.peer, path = %request.path, "fetch");
                 let future = self.shared.source.fetch(&request);
-                let handle = self.sources.spawn(async move { (id, future.await) });
-                self.asks.push((id, handle));
+                self.ask(now, id, future);
             }
             ServerEvent::Relay { id, request } => {
                 tracing::trace!(peer = %self.peer, path = %request.path, hop = request.hop.0, "relay");
                 let future = self.shared.source.relay(&request);
-                let handle = self.sources.spawn(async move { (id, future.await) });
-                self.asks.push((id, handle));
+                self.ask(now, id, future);
             }
             ServerEvent::Roster { id, caller } => {
                 let roster = match &self.shared.membership {
@@ -604,6 +603,20 @@ impl Conn {
         }
     }
 
+    /// Runs a source future: polled once in place (a source that answers at once, such
+    /// as a memory store or a cache hit, costs no task), else spawned on the connection's
+    /// source set, whose answer comes back through [`Self::on_source`].
+    fn ask(&mut self, now: Instant, id: RequestId, mut future: BlockFuture) {
+        let mut cx = Context::from_waker(Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(result) => self.answer(now, id, result),
+            Poll::Pending => {
+                let handle = self.sources.spawn(async move { (id, future.await) });
+                self.asks.push((id, handle));
+            }
+        }
+    }
+
     /// A source task ended: its answer goes to the machine.
     fn on_source(&mut self, joined: Result<(RequestId, SourceResult), JoinError>) {
         let (id, result) = match joined {
@@ -620,6 +633,11 @@ impl Conn {
         };
         self.asks.retain(|(ask, _)| *ask != id);
         let now = self.shared.now();
+        self.answer(now, id, result);
+    }
+
+    /// Hands a source's answer to the machine.
+    fn answer(&mut self, now: Instant, id: RequestId, result: SourceResult) {
         let answered = {
             let mut admission = self.shared.admission();
             self.machine.handle_source(now, &mut admission, id, result)
