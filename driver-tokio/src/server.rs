@@ -27,8 +27,8 @@
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use peerblock_core::roster::{Roster, NO_EPOCH};

@@ -12,7 +12,7 @@ use peerblock_core::roster::{Membership, RosterMember};
 use peerblock_core::server::{AdmissionConfig, ServerConfig};
 use peerblock_core::time::Clock;
 use peerblock_core::wire::{BlockPath, ChunkKey, ROSTER_PATH};
-use peerblock_tokio::server::{Server, ServerHandle, ServerOptions};
+use peerblock_tokio::server::{Server, ServerHandle, ServerOptions, MAX_REFUSAL_TASKS};
 use peerblock_tokio::source::{BlockSource, FileStore, MemoryBehaviour, MemoryStore};
 use peerblock_tokio::SharedMembership;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -505,6 +505,76 @@ async fn a_source_at_its_quota_is_refused_while_another_source_is_admitted() {
         for c in &mut kept {
             assert_eq!(c.get(&p).await.status(), 200);
         }
+        handle.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_beyond_the_refusal_task_bound_are_closed_at_once() {
+    bounded(async {
+        let (handle, store) = node(|o| {
+            o.admission = AdmissionConfig {
+                max_sessions: 1,
+                max_sessions_per_source: 1,
+                ..AdmissionConfig::default()
+            };
+            with_config(o, |c| c.refusal_head_timeout = Duration::from_secs(20));
+        })
+        .await;
+        let p = path(15, 0);
+        store.insert(p, block_for(&p, 100));
+        let addr = handle.local_addr();
+        let mut kept = admitted(addr, &[Ipv4Addr::LOCALHOST], &p).await;
+        // Refused diallers that send nothing hold every refusal task (their head wait is
+        // 20 s).
+        let mut silent = Vec::new();
+        for _ in 0..MAX_REFUSAL_TASKS {
+            silent.push(Client::connect(addr).await);
+        }
+        let refused_total = |h: &ServerHandle| {
+            let text = h.metrics().render();
+            let key = "peerblock_connections_refused_total{reason=\"sessions\"} ";
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map_or(0, |n| n.parse::<usize>().unwrap())
+        };
+        while refused_total(&handle) < MAX_REFUSAL_TASKS {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // One more is closed without an answer, long before any head wait could end.
+        let started = std::time::Instant::now();
+        let mut extra = Client::connect(addr).await;
+        let _ = extra.stream.write_all(get(&p).as_bytes()).await;
+        let mut buf = [0u8; 512];
+        let read = extra.stream.read(&mut buf).await;
+        let took = started.elapsed();
+        println!("refusal over the task bound closed after {took:?}: {read:?}");
+        assert!(
+            matches!(read, Ok(0) | Err(_)),
+            "no answer over the bound: {read:?}"
+        );
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        assert_eq!(refused_total(&handle), MAX_REFUSAL_TASKS + 1);
+        // A refusal task frees its permit when its connection ends: a silent dialler that
+        // leaves makes room, and the next refused connection is answered with the 503.
+        drop(silent.pop());
+        let mut answered = None;
+        for _ in 0..100 {
+            let mut c = Client::connect(addr).await;
+            c.send(get(&p).as_bytes()).await;
+            let mut buf = [0u8; 512];
+            if let Ok(n) = c.stream.read(&mut buf).await {
+                if n > 0 {
+                    answered = Some(String::from_utf8_lossy(&buf[..n]).into_owned());
+                    break;
+                }
+            }
+        }
+        let answered = answered.expect("a freed refusal task answers again");
+        assert!(answered.starts_with("HTTP/1.1 503"), "{answered}");
+        assert_eq!(kept[0].get(&p).await.status(), 200);
+        drop(silent);
         handle.shutdown(Duration::from_secs(1)).await;
     })
     .await;
