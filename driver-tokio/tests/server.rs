@@ -733,6 +733,26 @@ async fn roster_request_is_answered_from_the_membership_and_its_caller_is_learne
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_membership_the_roster_is_this_node_alone() {
+    bounded(async {
+        let (handle, _store) = node(|_| {}).await;
+        let mut c = Client::connect(handle.local_addr()).await;
+        let req = format!(
+            "GET {ROSTER_PATH} HTTP/1.1\r\nHost: test\r\nX-DART-Node: peer-9\r\nX-DART-Peer-Addr: peer-9.test:7070\r\n\r\n"
+        );
+        c.send(req.as_bytes()).await;
+        let r = c.response().await;
+        assert_eq!(r.status(), 200);
+        let text = String::from_utf8(r.body.to_vec()).expect("JSON text");
+        assert_eq!(text.matches("\"id\"").count(), 1, "one member: {text}");
+        assert!(text.contains("\"srv\"") && text.contains("srv.test:7070"), "{text}");
+        assert!(!text.contains("peer-9"), "nothing learned: {text}");
+        handle.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_fetches_a_block_byte_exact() {
     bounded(async {
         let curl = std::process::Command::new("curl").arg("--version").output();
