@@ -27,6 +27,8 @@ pub mod client;
 pub mod config;
 pub mod manifest;
 pub mod metrics;
+pub mod node;
+pub mod progress;
 pub mod reader;
 pub mod roster;
 pub mod server;

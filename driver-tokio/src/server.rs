@@ -1,1 +1,776 @@
-//! Being built (issue 10).
+//! The peer server: a listener, core admission at accept time, one task per connection
+//! driving core's `ServerConnection`, a bounded light path for refused connections, and
+//! graceful shutdown.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), peerblock_tokio::server::ServerError> {
+//! use std::sync::Arc;
+//! use peerblock_core::server::ServerConfig;
+//! use peerblock_core::time::Clock;
+//! use peerblock_tokio::server::{Server, ServerOptions};
+//! use peerblock_tokio::source::{FileStore, DEFAULT_MAX_BLOCK_SIZE};
+//!
+//! let clock = Clock::new(std::time::Instant::now());
+//! let config = Arc::new(ServerConfig::new("node-1", "127.0.0.1:7070"));
+//! let store = Arc::new(FileStore::new("/var/lib/peerblock", DEFAULT_MAX_BLOCK_SIZE));
+//! let options = ServerOptions::new(config, store, clock);
+//! let server = Server::bind("127.0.0.1:7070".parse().unwrap(), options).await?;
+//! let handle = server.spawn();
+//! // ... later:
+//! handle.shutdown(std::time::Duration::from_secs(5)).await;
+//! # Ok(()) }
+//! ```
+//!
+//! How each connection task maps core's driving contract onto tokio is in
+//! docs/architecture.md ("The tokio driver: server").
+
+use std::io::{self, IoSlice};
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use peerblock_core::roster::{Roster, NO_EPOCH};
+use peerblock_core::server::{
+    Admission, AdmissionConfig, AdmissionConfigError, RequestId, RequestRejection, ServerConfig,
+    ServerConfigError, ServerConnection, ServerEvent, SourceResult,
+};
+use peerblock_core::time::{Clock, Instant};
+use peerblock_core::transmit::{Close, Transmit};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{AbortHandle, JoinError, JoinSet};
+use tokio::time::Sleep;
+
+use crate::metrics::Metrics;
+use crate::source::{BlockFuture, BlockSource};
+use crate::SharedMembership;
+
+/// Most connections refused at accept that are answered at once (each on a small task of
+/// its own). A refused connection holds no session but still costs a socket, a 4 KiB
+/// discard window and a task for at most `refusal_head_timeout + linger` (4 s by default);
+/// 256 of them is about 1 MiB and as many sockets as the default `max_sessions`. Over the
+/// bound the socket is closed at once without an answer: a flood of diallers cannot make
+/// the refusals themselves the overload.
+pub const MAX_REFUSAL_TASKS: usize = 256;
+
+/// How long the accept loop pauses after an accept error (out of file descriptors, say)
+/// before accepting again, so a persistent error does not spin a core.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
+
+/// Everything a [`Server`] needs. [`ServerOptions::new`] fills the defaults.
+#[derive(Clone)]
+pub struct ServerOptions {
+    /// Core's per-connection configuration (node id, advertised address, relay policy,
+    /// timeouts). Checked by [`Server::bind`].
+    pub config: Arc<ServerConfig>,
+    /// Core's admission limits (docs/limits.md). Checked by [`Server::bind`].
+    pub admission: AdmissionConfig,
+    /// The node's roster table: roster requests are answered with its snapshot and
+    /// identified callers are learned into it. `None` answers a roster of this node alone
+    /// and learns nothing.
+    pub membership: Option<SharedMembership>,
+    /// Where the blocks come from.
+    pub source: Arc<dyn BlockSource>,
+    /// The node's one clock (shared with every other machine of the node).
+    pub clock: Clock,
+    /// The node's metrics (shared with its other parts).
+    pub metrics: Metrics,
+}
+
+impl ServerOptions {
+    /// Options with default admission limits, no membership and fresh metrics.
+    pub fn new(config: Arc<ServerConfig>, source: Arc<dyn BlockSource>, clock: Clock) -> Self {
+        ServerOptions {
+            config,
+            admission: AdmissionConfig::default(),
+            membership: None,
+            source,
+            clock,
+            metrics: Metrics::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("config", &self.config)
+            .field("admission", &self.admission)
+            .field("membership", &self.membership.is_some())
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// `ServerOptions::config` violates an invariant (the field is named).
+    #[error("server configuration: {0}")]
+    Config(#[from] ServerConfigError),
+    /// `ServerOptions::admission` violates an invariant (the fields are named).
+    #[error("admission limits: {0}")]
+    Admission(#[from] AdmissionConfigError),
+    /// The listen address could not be bound.
+    #[error("binding the listen address {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The bound listener's own address could not be read.
+    #[error("reading the listener's local address: {0}")]
+    LocalAddr(#[source] io::Error),
+}
+
+/// Where the server is in its life; connection tasks watch it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Accepting and serving.
+    Running,
+    /// Shutdown asked: no more accepts, no more reads; in-flight responses finish.
+    Draining,
+    /// The grace bound passed (or the handle was dropped): every connection closes now.
+    Closing,
+}
+
+/// What the listener and every connection task share.
+struct Shared {
+    config: Arc<ServerConfig>,
+    admission: Mutex<Admission>,
+    membership: Option<SharedMembership>,
+    source: Arc<dyn BlockSource>,
+    clock: Clock,
+    metrics: Metrics,
+    refusals: Arc<Semaphore>,
+}
+
+impl Shared {
+    fn now(&self) -> Instant {
+        self.clock.to_core(std::time::Instant::now())
+    }
+
+    /// The node's admission. Held only for one core call, never across an `.await`.
+    fn admission(&self) -> MutexGuard<'_, Admission> {
+        self.admission
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A bound, not yet running server. [`spawn`](Self::spawn) starts it.
+pub struct Server {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Checks `options` and binds `addr` (port 0 picks a free port; see
+    /// [`local_addr`](Self::local_addr)). Nothing is accepted before
+    /// [`spawn`](Self::spawn).
+    pub async fn bind(addr: SocketAddr, options: ServerOptions) -> Result<Server, ServerError> {
+        options.config.validate()?;
+        Admission::<IpAddr>::new(options.admission.clone())?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        Server::from_listener(listener, options)
+    }
+
+    /// A server on an already bound listener (for an integrator that binds itself).
+    pub fn from_listener(
+        listener: TcpListener,
+        options: ServerOptions,
+    ) -> Result<Server, ServerError> {
+        options.config.validate()?;
+        let admission = Admission::new(options.admission)?;
+        let local_addr = listener.local_addr().map_err(ServerError::LocalAddr)?;
+        Ok(Server {
+            listener,
+            local_addr,
+            shared: Arc::new(Shared {
+                config: options.config,
+                admission: Mutex::new(admission),
+                membership: options.membership,
+                source: options.source,
+                clock: options.clock,
+                metrics: options.metrics,
+                refusals: Arc::new(Semaphore::new(MAX_REFUSAL_TASKS)),
+            }),
+        })
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Starts the accept loop on the current tokio runtime and returns its handle.
+    /// Dropping the handle without [`ServerHandle::shutdown`] stops the server at once
+    /// (no grace).
+    pub fn spawn(self) -> ServerHandle {
+        let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+        // Nothing is ever sent: every task holds a clone of `done_tx`, and `recv` returns
+        // `None` once the last one has ended.
+        let (done_tx, done_rx) = mpsc::channel::<()>(1);
+        let shared = Arc::clone(&self.shared);
+        tokio::spawn(accept_loop(self.listener, shared, phase_rx, done_tx));
+        tracing::info!(addr = %self.local_addr, node = %self.shared.config.node_id, "server listening");
+        ServerHandle {
+            local_addr: self.local_addr,
+            shared: self.shared,
+            phase: phase_tx,
+            done: done_rx,
+        }
+    }
+}
+
+/// A running server: its address, a view of its state, and graceful shutdown.
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    shared: Arc<Shared>,
+    phase: watch::Sender<Phase>,
+    done: mpsc::Receiver<()>,
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerHandle {
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// Sessions core's admission holds now (admitted connections not yet closed or
+    /// lingering).
+    pub fn sessions(&self) -> usize {
+        self.shared.admission().sessions()
+    }
+
+    /// Stops accepting at once (the listener is closed), lets in-flight responses finish
+    /// for at most `grace` (connections read no new input meanwhile, and one with nothing
+    /// in progress closes at once), then closes every remaining connection. Every
+    /// connection calls core's `close`. Resolves when every connection task has ended.
+    pub async fn shutdown(mut self, grace: Duration) {
+        tracing::info!(addr = %self.local_addr, ?grace, "server shutting down");
+        let _ = self.phase.send(Phase::Draining);
+        if tokio::time::timeout(grace, self.done.recv()).await.is_err() {
+            tracing::info!(addr = %self.local_addr, "grace period over: closing every connection");
+            let _ = self.phase.send(Phase::Closing);
+            self.done.recv().await;
+        }
+        tracing::info!(addr = %self.local_addr, "server stopped");
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut phase: watch::Receiver<Phase>,
+    done: mpsc::Sender<()>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = phase.changed() => break,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, peer)) => on_accept(&shared, stream, peer, &phase, &done),
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+            }
+        }
+    }
+    tracing::debug!("accept loop ended: listener closed");
+}
+
+/// Admission at accept time: an admitted connection gets its task; a refused one the
+/// light path (bounded by [`MAX_REFUSAL_TASKS`]) or, over the bound, an immediate close.
+fn on_accept(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    phase: &watch::Receiver<Phase>,
+    done: &mpsc::Sender<()>,
+) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(%peer, error = %e, "setting TCP_NODELAY failed");
+    }
+    let now = shared.now();
+    let accepted = {
+        let mut admission = shared.admission();
+        ServerConnection::accept(now, &mut admission, peer.ip(), Arc::clone(&shared.config))
+    };
+    let machine = match accepted {
+        Ok(machine) => machine,
+        Err(e) => {
+            // Unreachable: the configuration was validated when the server was built.
+            tracing::error!(error = %e, "server configuration rejected by core");
+            return;
+        }
+    };
+    if let Some(refusal) = machine.refused() {
+        shared.metrics.refused(refusal.reason.as_token());
+        match Arc::clone(&shared.refusals).try_acquire_owned() {
+            Ok(permit) => {
+                tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused: answering its first request");
+                let conn = Conn::new(Arc::clone(shared), stream, peer, machine, false);
+                tokio::spawn(refuse(conn, phase.clone(), done.clone(), permit));
+            }
+            Err(_) => {
+                tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused and the refusal path is full: closed at once");
+                let mut conn = Conn::new(Arc::clone(shared), stream, peer, machine, false);
+                conn.close();
+            }
+        }
+        return;
+    }
+    shared.metrics.connections_accepted.inc();
+    shared.metrics.sessions_open.inc();
+    tracing::debug!(%peer, "connection admitted");
+    let conn = Conn::new(Arc::clone(shared), stream, peer, machine, true);
+    tokio::spawn(serve(conn, phase.clone(), done.clone()));
+}
+
+/// An admitted connection's task.
+async fn serve(mut conn: Conn, mut phase: watch::Receiver<Phase>, _done: mpsc::Sender<()>) {
+    let ended = conn.run(&mut phase).await;
+    conn.ended(ended);
+}
+
+/// A refused connection's task: the machine (in its refusing state) reads the first
+/// request head, hands out the 503 and lingers; the same loop drives it, but it never
+/// asks a source and holds a refusal permit instead of a session.
+async fn refuse(
+    mut conn: Conn,
+    mut phase: watch::Receiver<Phase>,
+    _done: mpsc::Sender<()>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let ended = conn.run(&mut phase).await;
+    conn.ended(ended);
+}
+
+/// Why a connection's loop ended.
+#[derive(Debug)]
+enum Ended {
+    /// The machine finished (written `Connection: close`, linger over, EOF with nothing
+    /// in progress, idle or send timeout).
+    Finished,
+    /// Server shutdown.
+    Shutdown,
+    /// A socket error (reset, broken pipe).
+    Io(io::Error),
+}
+
+/// A response being written: the transmit and how many of its bytes (head then body) are
+/// out.
+struct Outgoing {
+    tx: Transmit,
+    written: usize,
+}
+
+/// One connection: its socket, its machine, the source tasks it started, and the
+/// response being written. Dropping it calls core's `close` (every exit path).
+struct Conn {
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    machine: ServerConnection,
+    /// Holds a session (counted in `sessions_open`).
+    admitted: bool,
+    out: Option<Outgoing>,
+    /// Source futures running for this connection, at most core's pipelining depth
+    /// (`max_requests_per_session`) at once: core asks one per request in progress, and
+    /// an ask that timed out is aborted.
+    sources: JoinSet<(RequestId, SourceResult)>,
+    asks: Vec<(RequestId, AbortHandle)>,
+    eof: bool,
+    closed: bool,
+    sleep: Pin<Box<Sleep>>,
+    armed: Option<std::time::Instant>,
+}
+
+impl Conn {
+    fn new(
+        shared: Arc<Shared>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        machine: ServerConnection,
+        admitted: bool,
+    ) -> Conn {
+        Conn {
+            shared,
+            stream,
+            peer,
+            machine,
+            admitted,
+            out: None,
+            sources: JoinSet::new(),
+            asks: Vec::new(),
+            eof: false,
+            closed: false,
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            armed: None,
+        }
+    }
+
+    async fn run(&mut self, phase: &mut watch::Receiver<Phase>) -> Ended {
+        loop {
+            let now = self.shared.now();
+            self.pump(now);
+            if let Err(e) = self.write(now) {
+                return Ended::Io(e);
+            }
+            if self.machine.is_finished() && self.out.is_none() {
+                return Ended::Finished;
+            }
+            let current = *phase.borrow();
+            let draining = match current {
+                Phase::Running => false,
+                Phase::Closing => return Ended::Shutdown,
+                Phase::Draining => {
+                    if self.machine.in_progress() == 0 && self.out.is_none() {
+                        return Ended::Shutdown;
+                    }
+                    true
+                }
+            };
+            let want_read = !self.eof && !draining && self.machine.read_buf().is_some();
+            let want_write = self.out.is_some();
+            self.arm_timer();
+            let timer_armed = self.armed.is_some();
+            let sourcing = !self.sources.is_empty();
+            enum Wake {
+                Io(io::Result<()>),
+                Source(Option<Result<(RequestId, SourceResult), JoinError>>),
+                Timer,
+                Phase(bool),
+            }
+            let wake = tokio::select! {
+                r = self.stream.readable(), if want_read => Wake::Io(r),
+                r = self.stream.writable(), if want_write => Wake::Io(r),
+                joined = self.sources.join_next(), if sourcing => Wake::Source(joined),
+                () = &mut self.sleep, if timer_armed => Wake::Timer,
+                r = phase.changed() => Wake::Phase(r.is_ok()),
+            };
+            match wake {
+                Wake::Io(Err(e)) => return Ended::Io(e),
+                Wake::Io(Ok(())) => {
+                    if want_read {
+                        if let Err(e) = self.read() {
+                            return Ended::Io(e);
+                        }
+                    }
+                    // A writable socket is written at the top of the loop.
+                }
+                Wake::Source(Some(joined)) => self.on_source(joined),
+                Wake::Source(None) => {}
+                Wake::Timer => {
+                    self.armed = None;
+                    let now = self.shared.now();
+                    self.machine.handle_timeout(now);
+                }
+                Wake::Phase(true) => {}
+                // The handle was dropped: stop at once.
+                Wake::Phase(false) => return Ended::Shutdown,
+            }
+        }
+    }
+
+    /// One read into the machine's window (the socket said it is readable).
+    fn read(&mut self) -> io::Result<()> {
+        let now = self.shared.now();
+        let Some(buf) = self.machine.read_buf() else {
+            return Ok(());
+        };
+        match self.stream.try_read(buf) {
+            Ok(0) => {
+                self.eof = true;
+                self.machine.handle_eof(now);
+            }
+            Ok(n) => {
+                self.machine.handle_read(now, n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Begins decoded requests, answers every event that can be answered now, starts the
+    /// source tasks, and takes the next transmit if none is being written.
+    fn pump(&mut self, now: Instant) {
+        if self.machine.needs_admission() {
+            let mut admission = self.shared.admission();
+            self.machine.handle_admission(now, &mut admission);
+        }
+        while let Some(event) = self.machine.poll_event() {
+            self.on_event(now, event);
+        }
+        if self.out.is_none() {
+            if let Some(tx) = self.machine.poll_transmit(now) {
+                self.shared
+                    .metrics
+                    .inflight_bytes
+                    .inc_by(tx.body.len() as i64);
+                self.out = Some(Outgoing { tx, written: 0 });
+            }
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, event: ServerEvent) {
+        match event {
+            ServerEvent::Fetch { id, request } => {
+                tracing::trace!(peer = %self.peer, path = %request.path, "fetch");
+                let future = self.shared.source.fetch(&request);
+                self.ask(now, id, future);
+            }
+            ServerEvent::Relay { id, request } => {
+                tracing::trace!(peer = %self.peer, path = %request.path, hop = request.hop.0, "relay");
+                let future = self.shared.source.relay(&request);
+                self.ask(now, id, future);
+            }
+            ServerEvent::Roster { id, caller } => {
+                let roster = match &self.shared.membership {
+                    Some(membership) => {
+                        let mut table = membership.lock().unwrap_or_else(PoisonError::into_inner);
+                        if let Some(caller) = &caller {
+                            match table.learn(now, &caller.id, &caller.addr) {
+                                Ok(changed) => {
+                                    tracing::debug!(peer = %self.peer, id = %caller.id, addr = %caller.addr, changed, "roster caller learned")
+                                }
+                                Err(e) => {
+                                    tracing::debug!(peer = %self.peer, id = %caller.id, error = %e, "roster caller not learned")
+                                }
+                            }
+                            self.shared
+                                .metrics
+                                .roster_members
+                                .set(table.len() as i64 + 1);
+                        }
+                        table.snapshot()
+                    }
+                    // No table: core adds this node's own entry to the empty roster.
+                    None => Roster {
+                        epoch: NO_EPOCH,
+                        members: Vec::new(),
+                    },
+                };
+                if let Err(e) = self.machine.handle_roster(now, id, &roster) {
+                    tracing::debug!(peer = %self.peer, error = %e, "roster answer dropped");
+                }
+            }
+            ServerEvent::Rejected { status, error, .. } => match error {
+                RequestRejection::Malformed(_) => {
+                    tracing::warn!(peer = %self.peer, status, %error, "malformed request")
+                }
+                _ => tracing::debug!(peer = %self.peer, status, %error, "request rejected"),
+            },
+            ServerEvent::SourceTimedOut { id } => {
+                tracing::debug!(peer = %self.peer, ?id, "source timed out: answered 500");
+                if let Some(at) = self.asks.iter().position(|(ask, _)| *ask == id) {
+                    let (_, handle) = self.asks.swap_remove(at);
+                    handle.abort();
+                }
+            }
+        }
+    }
+
+    /// Runs a source future: polled once in place (a source that answers at once, such
+    /// as a memory store or a cache hit, costs no task), else spawned on the connection's
+    /// source set, whose answer comes back through [`Self::on_source`].
+    fn ask(&mut self, now: Instant, id: RequestId, mut future: BlockFuture) {
+        let mut cx = Context::from_waker(Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(result) => self.answer(now, id, result),
+            Poll::Pending => {
+                let handle = self.sources.spawn(async move { (id, future.await) });
+                self.asks.push((id, handle));
+            }
+        }
+    }
+
+    /// A source task ended: its answer goes to the machine.
+    fn on_source(&mut self, joined: Result<(RequestId, SourceResult), JoinError>) {
+        let (id, result) = match joined {
+            Ok(answer) => answer,
+            Err(e) if e.is_cancelled() => return,
+            Err(e) => {
+                let task = e.id();
+                let Some(&(id, _)) = self.asks.iter().find(|(_, h)| h.id() == task) else {
+                    return;
+                };
+                tracing::warn!(peer = %self.peer, error = %e, "block source panicked: answered 500");
+                (id, SourceResult::Failed)
+            }
+        };
+        self.asks.retain(|(ask, _)| *ask != id);
+        let now = self.shared.now();
+        self.answer(now, id, result);
+    }
+
+    /// Hands a source's answer to the machine.
+    fn answer(&mut self, now: Instant, id: RequestId, result: SourceResult) {
+        let answered = {
+            let mut admission = self.shared.admission();
+            self.machine.handle_source(now, &mut admission, id, result)
+        };
+        if let Err(e) = answered {
+            tracing::debug!(peer = %self.peer, error = %e, "late source answer dropped");
+        }
+    }
+
+    /// Writes the current transmit (vectored: head and body, the body never copied) as
+    /// far as the socket takes it, acknowledging each one fully written and taking the
+    /// next, until the socket would block or nothing is left.
+    fn write(&mut self, mut now: Instant) -> io::Result<()> {
+        while let Some(out) = &mut self.out {
+            let head = &out.tx.head;
+            let body = &out.tx.body;
+            let total = head.len() + body.len();
+            if out.written < total {
+                let written = if out.written < head.len() {
+                    let slices = [IoSlice::new(&head[out.written..]), IoSlice::new(body)];
+                    self.stream.try_write_vectored(&slices)
+                } else {
+                    self.stream.try_write(&body[out.written - head.len()..])
+                };
+                match written {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => out.written += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+                if out.written < total {
+                    continue;
+                }
+            }
+            let Some(Outgoing { tx, .. }) = self.out.take() else {
+                break;
+            };
+            now = now.max(self.shared.now());
+            self.transmitted(now, tx)?;
+            self.pump(now);
+        }
+        Ok(())
+    }
+
+    /// One transmit is fully written: acknowledge it, count it, act on its `close`.
+    fn transmitted(&mut self, now: Instant, tx: Transmit) -> io::Result<()> {
+        {
+            let mut admission = self.shared.admission();
+            self.machine.handle_transmitted(now, &mut admission);
+        }
+        let metrics = &self.shared.metrics;
+        let body = tx.body.len() as u64;
+        metrics.inflight_bytes.dec_by(body as i64);
+        if let Some(status) = tx.status {
+            metrics.response(status);
+            if status == 200 {
+                metrics.bytes_served.inc_by(body);
+            }
+        }
+        tracing::trace!(peer = %self.peer, status = ?tx.status, body, close = ?tx.close, "response written");
+        match tx.close {
+            Close::KeepOpen => {}
+            // Both end our sending side now; `AfterWrite` has finished the machine, and a
+            // lingering one keeps reading (discarded) until EOF or its linger deadline.
+            Close::AfterWrite | Close::Linger => {
+                if let Err(e) =
+                    socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Write)
+                {
+                    if e.kind() != io::ErrorKind::NotConnected {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps one timer armed at the machine's deadline.
+    fn arm_timer(&mut self) {
+        let at = self
+            .machine
+            .poll_timeout()
+            .and_then(|d| self.shared.clock.to_std(d.at));
+        if at != self.armed {
+            if let Some(at) = at {
+                self.sleep
+                    .as_mut()
+                    .reset(tokio::time::Instant::from_std(at));
+            }
+            self.armed = at;
+        }
+    }
+
+    /// The loop ended: log why, then close.
+    fn ended(&mut self, ended: Ended) {
+        match &ended {
+            Ended::Finished => tracing::debug!(peer = %self.peer, "connection finished"),
+            Ended::Shutdown => tracing::debug!(peer = %self.peer, "connection closed by shutdown"),
+            Ended::Io(e) => {
+                tracing::debug!(peer = %self.peer, error = %e, "connection ended by a socket error")
+            }
+        }
+        self.close();
+    }
+
+    /// Calls core's `close` (releasing every ticket), aborts the source tasks and settles
+    /// the metrics. Idempotent; also run on drop, so no exit path skips it.
+    fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let now = self.shared.now();
+        {
+            let mut admission = self.shared.admission();
+            self.machine.close(now, &mut admission);
+        }
+        self.sources.abort_all();
+        self.asks.clear();
+        if let Some(out) = self.out.take() {
+            self.shared
+                .metrics
+                .inflight_bytes
+                .dec_by(out.tx.body.len() as i64);
+        }
+        if self.admitted {
+            self.shared.metrics.sessions_open.dec();
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,10 +1,42 @@
-//! Where a server's blocks come from: the [`BlockSource`] trait, a file store and an
-//! in-memory store.
+//! Where a server's blocks come from: the [`BlockSource`] trait, a file store
+//! ([`FileStore`]) and an in-memory store for tests ([`MemoryStore`]).
+//!
+//! # File store layout
+//!
+//! A [`FileStore`] keeps one file per block:
+//!
+//! ```text
+//! <store>/<chunk-hex>/<index>
+//! ```
+//!
+//! - `<chunk-hex>` is the chunk key in canonical lower-case hex, exactly as
+//!   `ChunkKey`'s `Display` / `write_hex` writes it (and as it appears in the block path
+//!   `/peer/v1/block/<chunk-hex>/<index>`);
+//! - `<index>` is the block index in canonical decimal (no sign, no leading zeros but `0`);
+//! - the file's whole content is the block, nothing else (no header, no checksum: content
+//!   addressing is the manifest's business, see [`crate::manifest`]).
+//!
+//! Writes ([`FileStore::put`]) go to a temporary file in the chunk directory whose name
+//! starts with `.` (so it never parses as an index and is never served) and are renamed
+//! into place, so a reader sees either no block or the whole block. A block file larger
+//! than the store's `max_block_size` is never loaded: it is answered `Failed` (500) with a
+//! warning, so a stray large file cannot pin memory.
+//!
+//! Every file operation runs on `tokio::task::spawn_blocking`, never on a reactor thread.
 
+use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::future::Future;
+use std::io::{self, Read as _, Write as _};
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use peerblock_core::server::{SourceRequest, SourceResult};
+use peerblock_core::bytes::Bytes;
+use peerblock_core::server::{SourceRequest, SourceResult, MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX};
+use peerblock_core::wire::BlockPath;
 
 /// The future a [`BlockSource`] returns.
 pub type BlockFuture = Pin<Box<dyn Future<Output = SourceResult> + Send + 'static>>;
@@ -15,7 +47,8 @@ pub type BlockFuture = Pin<Box<dyn Future<Output = SourceResult> + Send + 'stati
 /// [`relay`](Self::relay) for `ServerEvent::Relay` (core has already decided that the
 /// request may be relayed and incremented its hop), each on a task of its own, and hands
 /// the answer back to core with `ServerConnection::handle_source`. Core answers a source
-/// that takes longer than its source timeout with a `500` and drops the late answer.
+/// that takes longer than its source timeout with a `500`; the server then aborts the
+/// task running the future.
 ///
 /// Implementations must not block the calling thread: blocking file I/O belongs on
 /// `tokio::task::spawn_blocking`.
@@ -29,5 +62,374 @@ pub trait BlockSource: Send + Sync + 'static {
     fn relay(&self, request: &SourceRequest) -> BlockFuture {
         let _ = request;
         Box::pin(std::future::ready(SourceResult::Miss))
+    }
+}
+
+/// Default [`FileStore`] bound on a block file's size: 64 MiB, the largest block core's
+/// default relay index bound is computed for (`MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX`), and the
+/// default node-wide in-flight byte budget, so one block can always be served.
+pub const DEFAULT_MAX_BLOCK_SIZE: u64 = MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX;
+
+/// A file store operation that failed, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Creating, writing, syncing or renaming a block file failed.
+    #[error("writing block file {path}: {source}")]
+    Write {
+        /// The file (or directory) being written.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The block is larger than the store's `max_block_size`: it could never be served.
+    #[error("block for {path} is {len} bytes, above the store's max block size {max}")]
+    TooLarge {
+        /// The block file it was meant for.
+        path: PathBuf,
+        /// The block's length.
+        len: u64,
+        /// The store's bound.
+        max: u64,
+    },
+    /// The blocking task running the operation panicked or was cancelled.
+    #[error("the blocking task writing {path} did not complete")]
+    Task {
+        /// The block file it was writing.
+        path: PathBuf,
+    },
+}
+
+/// Blocks kept as files, one per block: `<root>/<chunk-hex>/<index>` (see the module
+/// docs). Cheap to clone (shares nothing mutable: the file system is the state).
+#[derive(Clone, Debug)]
+pub struct FileStore {
+    root: Arc<PathBuf>,
+    max_block_size: u64,
+}
+
+/// Makes temporary file names unique within the process (with the pid across processes).
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl FileStore {
+    /// A store rooted at `root` that never loads a block file above `max_block_size`
+    /// bytes ([`DEFAULT_MAX_BLOCK_SIZE`] is a sane value). The directory is created on the
+    /// first [`put`](Self::put); a missing root simply misses every block.
+    pub fn new(root: impl Into<PathBuf>, max_block_size: u64) -> Self {
+        FileStore {
+            root: Arc::new(root.into()),
+            max_block_size,
+        }
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The store's bound on a block file's size.
+    pub fn max_block_size(&self) -> u64 {
+        self.max_block_size
+    }
+
+    /// The directory holding chunk `path.key`'s blocks: `<root>/<chunk-hex>`.
+    pub fn chunk_dir(&self, path: &BlockPath) -> PathBuf {
+        let mut hex = String::with_capacity(2 * path.key.as_bytes().len());
+        path.key
+            .write_hex(&mut hex)
+            .expect("writing to a String cannot fail");
+        self.root.join(hex)
+    }
+
+    /// The file holding block `path`: `<root>/<chunk-hex>/<index>`.
+    pub fn file_of(&self, path: &BlockPath) -> PathBuf {
+        let mut index = String::new();
+        write!(index, "{}", path.index).expect("writing to a String cannot fail");
+        self.chunk_dir(path).join(index)
+    }
+
+    /// Stores block `path` atomically (temporary file, `fsync`, rename), on
+    /// `spawn_blocking`. A block above `max_block_size` is refused ([`StoreError::TooLarge`]).
+    pub async fn put(&self, path: BlockPath, bytes: Bytes) -> Result<(), StoreError> {
+        let store = self.clone();
+        let file = self.file_of(&path);
+        tokio::task::spawn_blocking(move || store.put_blocking(&path, &bytes))
+            .await
+            .map_err(|_| StoreError::Task { path: file })?
+    }
+
+    /// [`put`](Self::put) on the calling thread: for code already off the reactor (inside
+    /// `spawn_blocking`, or a plain thread such as an import tool).
+    pub fn put_blocking(&self, path: &BlockPath, bytes: &[u8]) -> Result<(), StoreError> {
+        let file = self.file_of(path);
+        let len = bytes.len() as u64;
+        if len > self.max_block_size {
+            return Err(StoreError::TooLarge {
+                path: file,
+                len,
+                max: self.max_block_size,
+            });
+        }
+        let dir = self.chunk_dir(path);
+        std::fs::create_dir_all(&dir).map_err(|source| StoreError::Write {
+            path: dir.clone(),
+            source,
+        })?;
+        let temp = dir.join(format!(
+            ".{}.tmp.{}.{}",
+            path.index,
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| {
+            let mut f = std::fs::File::create(&temp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&temp, &file)
+        })();
+        written.map_err(|source| {
+            let _ = std::fs::remove_file(&temp);
+            StoreError::Write {
+                path: file.clone(),
+                source,
+            }
+        })
+    }
+
+    /// Reads block `path` on the calling thread (blocking): `Miss` if its file does not
+    /// exist, `Failed` (with a warning) on any other I/O error or a file above
+    /// `max_block_size`.
+    pub fn get_blocking(&self, path: &BlockPath) -> SourceResult {
+        let file = self.file_of(path);
+        let max = self.max_block_size;
+        let read = (|| -> io::Result<Result<Vec<u8>, u64>> {
+            let f = std::fs::File::open(&file)?;
+            let len = f.metadata()?.len();
+            if len > max {
+                return Ok(Err(len));
+            }
+            // Read at most max + 1 bytes: a file that grew since `metadata` is caught too.
+            let mut buf = Vec::with_capacity(len as usize);
+            f.take(max + 1).read_to_end(&mut buf)?;
+            if buf.len() as u64 > max {
+                return Ok(Err(buf.len() as u64));
+            }
+            Ok(Ok(buf))
+        })();
+        match read {
+            Ok(Ok(buf)) => SourceResult::Found(Bytes::from(buf)),
+            Ok(Err(len)) => {
+                tracing::warn!(file = %file.display(), len, max, "block file above the max block size: not served");
+                SourceResult::Failed
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => SourceResult::Miss,
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "reading block file failed");
+                SourceResult::Failed
+            }
+        }
+    }
+}
+
+impl BlockSource for FileStore {
+    fn fetch(&self, request: &SourceRequest) -> BlockFuture {
+        let store = self.clone();
+        let path = request.path;
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.get_blocking(&path))
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(%path, error = %e, "block file read task failed");
+                    SourceResult::Failed
+                })
+        })
+    }
+}
+
+/// How a [`MemoryStore`] answers, so tests can provoke the server's error paths.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MemoryBehaviour {
+    /// Answer from the map: `Found` or `Miss`.
+    #[default]
+    Serve,
+    /// Answer `Failed` to every fetch (the server answers 500).
+    Fail,
+    /// Wait this long, then answer from the map (a source timeout shorter than this makes
+    /// the server answer 500).
+    Delay(Duration),
+}
+
+/// Blocks in memory, for tests and examples: a map from [`BlockPath`] to [`Bytes`]. It
+/// holds exactly what was inserted (the caller bounds it), counts the fetches it answered
+/// and can be switched to fail or to delay its answers ([`MemoryBehaviour`]). Cloning
+/// shares the same map, switch and counter (keep a clone to change the store after handing
+/// it to a server).
+#[derive(Clone, Debug, Default)]
+pub struct MemoryStore {
+    inner: Arc<MemoryInner>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryInner {
+    blocks: Mutex<HashMap<BlockPath, Bytes>>,
+    behaviour: Mutex<MemoryBehaviour>,
+    fetches: AtomicU64,
+}
+
+impl MemoryStore {
+    /// An empty store that serves what it holds.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) block `path`.
+    pub fn insert(&self, path: BlockPath, block: Bytes) {
+        self.lock_blocks().insert(path, block);
+    }
+
+    /// Removes block `path`; returns whether it was held.
+    pub fn remove(&self, path: &BlockPath) -> bool {
+        self.lock_blocks().remove(path).is_some()
+    }
+
+    /// Changes how later fetches are answered.
+    pub fn set_behaviour(&self, behaviour: MemoryBehaviour) {
+        *self
+            .inner
+            .behaviour
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = behaviour;
+    }
+
+    /// How many times [`BlockSource::fetch`] was called.
+    pub fn fetches(&self) -> u64 {
+        self.inner.fetches.load(Ordering::SeqCst)
+    }
+
+    fn lock_blocks(&self) -> std::sync::MutexGuard<'_, HashMap<BlockPath, Bytes>> {
+        self.inner
+            .blocks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lookup(&self, path: &BlockPath) -> SourceResult {
+        match self.lock_blocks().get(path) {
+            Some(block) => SourceResult::Found(block.clone()),
+            None => SourceResult::Miss,
+        }
+    }
+}
+
+impl BlockSource for MemoryStore {
+    fn fetch(&self, request: &SourceRequest) -> BlockFuture {
+        self.inner.fetches.fetch_add(1, Ordering::SeqCst);
+        let behaviour = *self
+            .inner
+            .behaviour
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match behaviour {
+            MemoryBehaviour::Serve => Box::pin(std::future::ready(self.lookup(&request.path))),
+            MemoryBehaviour::Fail => Box::pin(std::future::ready(SourceResult::Failed)),
+            MemoryBehaviour::Delay(wait) => {
+                let store = self.clone();
+                let path = request.path;
+                Box::pin(async move {
+                    tokio::time::sleep(wait).await;
+                    store.lookup(&path)
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peerblock_core::wire::{ChunkKey, Hop};
+
+    fn request(path: BlockPath) -> SourceRequest {
+        SourceRequest {
+            path,
+            origin: None,
+            hop: Hop(0),
+        }
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "peerblock-source-{tag}-{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    #[tokio::test]
+    async fn file_store_puts_under_the_documented_layout_and_reads_back() {
+        let root = scratch("layout");
+        let store = FileStore::new(&root, 1024);
+        let path = BlockPath {
+            key: ChunkKey::from_bytes(&[0x0a, 0xbc]).unwrap(),
+            index: 17,
+        };
+        store.put(path, Bytes::from_static(b"hello")).await.unwrap();
+        assert_eq!(store.file_of(&path), root.join("0abc").join("17"));
+        let names: Vec<_> = std::fs::read_dir(root.join("0abc"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["17"], "no temporary file is left behind");
+        assert_eq!(
+            store.fetch(&request(path)).await,
+            SourceResult::Found(Bytes::from_static(b"hello"))
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn file_store_missing_block_is_a_miss() {
+        let store = FileStore::new(scratch("missing"), 1024);
+        let path = BlockPath {
+            key: ChunkKey::from_bytes(&[1]).unwrap(),
+            index: 0,
+        };
+        assert_eq!(store.fetch(&request(path)).await, SourceResult::Miss);
+    }
+
+    #[tokio::test]
+    async fn file_store_block_above_the_max_block_size_fails_unread() {
+        let root = scratch("oversize");
+        let big = FileStore::new(&root, 100);
+        let small = FileStore::new(&root, 10);
+        let path = BlockPath {
+            key: ChunkKey::from_bytes(&[2]).unwrap(),
+            index: 3,
+        };
+        big.put(path, Bytes::from(vec![7u8; 11])).await.unwrap();
+        assert_eq!(small.fetch(&request(path)).await, SourceResult::Failed);
+        assert!(matches!(
+            small.put(path, Bytes::from(vec![7u8; 11])).await,
+            Err(StoreError::TooLarge {
+                len: 11,
+                max: 10,
+                ..
+            })
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn file_store_unreadable_block_fails() {
+        let root = scratch("unreadable");
+        let store = FileStore::new(&root, 1 << 20);
+        let path = BlockPath {
+            key: ChunkKey::from_bytes(&[3]).unwrap(),
+            index: 0,
+        };
+        // A directory where the block file should be: an I/O error other than NotFound.
+        std::fs::create_dir_all(store.file_of(&path)).unwrap();
+        assert_eq!(store.fetch(&request(path)).await, SourceResult::Failed);
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

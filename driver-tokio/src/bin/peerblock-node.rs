@@ -1,6 +1,95 @@
-//! `peerblock-node`: being built (issue 10). It exits with an error until then.
+//! `peerblock-node`: a peerblock storage node. See docs/node.md for the operator's manual.
+//!
+//! The command line and its validation live in `peerblock_tokio::node`; this file sets up
+//! logging, runs the chosen command and maps its result to an exit code.
 
-fn main() -> std::process::ExitCode {
-    eprintln!("peerblock-node: not built yet (issue 10)");
-    std::process::ExitCode::FAILURE
+use std::process::ExitCode;
+
+use clap::Parser;
+use peerblock_tokio::manifest;
+use peerblock_tokio::node::{self, Cli, Command, ImportArgs, NodeError};
+use peerblock_tokio::progress::Progress;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::from(node::EXIT_OK),
+        Err(e) => {
+            eprintln!("peerblock-node: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), NodeError> {
+    match cli.command {
+        Command::Import(args) => import(&args),
+        Command::Serve(args) => {
+            let plan = node::plan_serve(&args)?;
+            let how = if plan.id_derived {
+                format!(" (derived from the name {:?})", args.id)
+            } else {
+                String::new()
+            };
+            eprintln!("peerblock-node: node id {}{how}", plan.node_id);
+            runtime()?.block_on(node::serve_node(plan))
+        }
+        Command::Fetch(args) => {
+            let plan = node::plan_fetch(&args)?;
+            runtime()?.block_on(node::fetch(plan))
+        }
+        Command::Get(args) => {
+            let plan = node::plan_get(&args)?;
+            runtime()?.block_on(node::get(plan))
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, NodeError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| NodeError::Io {
+            what: "cannot start the tokio runtime",
+            path: String::new(),
+            source,
+        })
+}
+
+/// `import`: the chunk key on stdout, a summary (and progress) on stderr.
+fn import(args: &ImportArgs) -> Result<(), NodeError> {
+    let size = std::fs::metadata(&args.file)
+        .map_err(|source| NodeError::Io {
+            what: "cannot read",
+            path: args.file.display().to_string(),
+            source,
+        })?
+        .len();
+    let mut progress = Progress::new(format!("import {}", args.file.display()), size);
+    let report = manifest::import_with_progress(&args.file, &args.store, args.block_size, |done| {
+        progress.set(done)
+    });
+    progress.finish();
+    let report = report?;
+    println!("{}", report.chunk);
+    eprintln!(
+        "imported {}: {} bytes in {} blocks of {} bytes into {}{}",
+        args.file.display(),
+        report.bytes,
+        report.blocks,
+        args.block_size,
+        manifest::chunk_dir(&args.store, &report.chunk).display(),
+        if report.already_present {
+            " (already in the store)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
 }

@@ -1,0 +1,502 @@
+//! The `peerblock-node` command line: its arguments ([`Cli`]), their validation into plans
+//! ([`ServePlan`], [`FetchPlan`], [`GetPlan`]), the exit codes, and the node id rule.
+//!
+//! Everything an operator can get wrong is checked here, before anything is bound or
+//! served: a bad flag or configuration ends start-up with [`EXIT_USAGE`] and a message
+//! naming the flag or key and the rule. The binary (`src/bin/peerblock-node.rs`) parses
+//! the command line, builds a plan with [`plan_serve`] / [`plan_fetch`] / [`plan_get`],
+//! and runs it with [`serve_node`] / [`fetch`] / [`get`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use peerblock_core::placement::PeerId;
+use peerblock_core::roster::{MAX_ADDR_LEN, MAX_ID_LEN};
+use peerblock_core::wire::ChunkKey;
+
+use crate::config::{self, ConfigError, NodeConfig, MAX_PARALLEL};
+use crate::manifest::{self, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE};
+
+/// Exit code: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: the operation failed (a block busy, unavailable, absent or invalid; a
+/// server that stopped with an error; a command not available in this build).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code: a bad command line or configuration (clap uses 2 for its own usage errors
+/// too). Nothing was served or written.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: a local I/O error (reading the input file, writing the store or the output
+/// file, binding a socket).
+pub const EXIT_IO: u8 = 3;
+
+/// Domain-separation tag for ids derived from names: a node started with `--id NAME`
+/// (anything but 64 hex digits) has the id BLAKE3(`NODE_ID_TAG` ‖ NAME).
+pub const NODE_ID_TAG: &[u8] = b"peerblock-node-id-v1\0";
+
+/// A failure of a `peerblock-node` command, with its exit code ([`NodeError::exit_code`]).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A flag's value breaks a rule.
+    #[error("{flag}: {rule}")]
+    Usage {
+        /// The flag (`--listen`).
+        flag: &'static str,
+        /// The rule it breaks.
+        rule: String,
+    },
+    /// The configuration (file or flag-fed part of it) is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Importing a file failed.
+    #[error(transparent)]
+    Import(#[from] manifest::ImportError),
+    /// A local I/O error.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file, directory or address.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The operation failed (the message says how: the outcome class of a block, ...).
+    #[error("{0}")]
+    Failed(String),
+    /// The command is parsed and validated but not connected to the driver yet.
+    #[error("`{0}` is not wired to the driver in this build")]
+    NotWired(&'static str),
+}
+
+impl NodeError {
+    /// The process exit code for this error (see the `EXIT_` constants).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            NodeError::Usage { .. } | NodeError::Config(_) => EXIT_USAGE,
+            NodeError::Import(manifest::ImportError::BlockSize(_)) => EXIT_USAGE,
+            NodeError::Import(manifest::ImportError::TooManyBlocks { .. }) => EXIT_USAGE,
+            NodeError::Import(_) | NodeError::Io { .. } => EXIT_IO,
+            NodeError::Failed(_) | NodeError::NotWired(_) => EXIT_FAILED,
+        }
+    }
+
+    fn usage(flag: &'static str, rule: impl Into<String>) -> Self {
+        NodeError::Usage {
+            flag,
+            rule: rule.into(),
+        }
+    }
+}
+
+/// `peerblock-node`: a peerblock storage node.
+#[derive(Debug, Parser)]
+#[command(
+    name = "peerblock-node",
+    version,
+    about = "A peerblock node: serves blocks to peers, imports files as content-addressed blocks, fetches them back from a cluster",
+    long_about = None,
+    after_help = "Logs go to stderr, filtered by RUST_LOG (default `info`, e.g. RUST_LOG=peerblock_tokio=debug).\nExit codes: 0 ok, 1 operation failed, 2 usage or configuration error, 3 local I/O error.\nSee docs/node.md."
+)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the blocks in a store to peers, and keep a roster of the cluster.
+    Serve(ServeArgs),
+    /// Split a file into blocks in a store and print its chunk key.
+    Import(ImportArgs),
+    /// Download a whole imported file from the cluster known through a seed.
+    Fetch(FetchArgs),
+    /// Fetch one block from one peer (one exchange, for debugging).
+    Get(GetArgs),
+}
+
+/// `serve` arguments.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to accept peer connections on (IP:PORT; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// This node's id: 64 hex digits used as is, or any other name, hashed into an id
+    /// (BLAKE3 of a fixed tag and the name).
+    #[arg(long, value_name = "ID")]
+    pub id: String,
+    /// Store directory, created if missing (layout DIR/CHUNK-HEX/INDEX).
+    #[arg(long, value_name = "DIR")]
+    pub store: PathBuf,
+    /// A peer (HOST:PORT) asked for the roster at start; repeat for several.
+    #[arg(long = "seed", value_name = "ADDR")]
+    pub seeds: Vec<String>,
+    /// TOML configuration file (tables listener, client, read, roster; see docs/node.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Admin address serving GET /metrics (Prometheus text), e.g. 127.0.0.1:9100.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+}
+
+/// `import` arguments.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The file to import.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Store directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub store: PathBuf,
+    /// Block size in bytes, or with a suffix: 256KiB, 4MiB (1 byte to 64 MiB).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_BLOCK_SIZE, value_parser = parse_block_size)]
+    pub block_size: u64,
+}
+
+/// `fetch` arguments.
+#[derive(Debug, Args)]
+pub struct FetchArgs {
+    /// The file's chunk key (64 hex digits, as `import` printed it).
+    #[arg(value_name = "CHUNK")]
+    pub chunk: String,
+    /// A node (HOST:PORT) whose roster introduces the cluster; repeat for several.
+    #[arg(long = "seed", value_name = "ADDR", required = true)]
+    pub seeds: Vec<String>,
+    /// Where to write the file (replaced once it is complete and valid).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// TOML configuration file (its client, read and roster tables apply).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Blocks read at once (1 to 64; default: the read table's parallel, 8).
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
+}
+
+/// `get` arguments.
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// The peer to ask (HOST:PORT).
+    #[arg(long, value_name = "ADDR")]
+    pub peer: String,
+    /// The chunk key (hex).
+    #[arg(value_name = "CHUNK")]
+    pub chunk: String,
+    /// The block index (0 is the manifest).
+    #[arg(value_name = "INDEX")]
+    pub index: u64,
+    /// The block's exact length: the body is validated against it and cut at LEN + 1.
+    #[arg(long, value_name = "LEN")]
+    pub expected: Option<u64>,
+    /// Write the block here (default: stdout).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// TOML configuration file (its client table applies).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// Parses a `--block-size`: decimal bytes, optionally with `KiB`, `MiB` (or `K`, `M`),
+/// 1 byte to [`MAX_BLOCK_SIZE`].
+pub fn parse_block_size(text: &str) -> Result<u64, String> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size: use bytes (65536) or 256KiB, 4MiB"))?;
+    let mult = match unit {
+        "" => 1,
+        "K" | "KiB" | "k" => 1024,
+        "M" | "MiB" => 1024 * 1024,
+        _ => {
+            return Err(format!(
+                "{text:?} has unit {unit:?}: use no unit (bytes), KiB or MiB"
+            ))
+        }
+    };
+    let size = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("{text:?} is too large: at most 64MiB"))?;
+    manifest::check_block_size(size).map_err(|e| e.to_string())?;
+    Ok(size)
+}
+
+/// The node id of `--id`: 64 hex digits are used as is; any other non-empty name (at most
+/// 128 bytes) is turned into BLAKE3([`NODE_ID_TAG`] ‖ name). Returns the id and whether it
+/// was derived from a name.
+pub fn node_id(id: &str) -> Result<(PeerId, bool), NodeError> {
+    if let Ok(peer) = id.parse::<PeerId>() {
+        return Ok((peer, false));
+    }
+    if id.is_empty() || id.len() > MAX_ID_LEN || id.chars().any(char::is_control) {
+        return Err(NodeError::usage(
+            "--id",
+            format!(
+                "{:?} is not an id: give 64 hex digits or a name of 1 to {MAX_ID_LEN} bytes without control characters",
+                id.chars().take(40).collect::<String>()
+            ),
+        ));
+    }
+    let mut h = blake3::Hasher::new();
+    h.update(NODE_ID_TAG);
+    h.update(id.as_bytes());
+    Ok((PeerId(*h.finalize().as_bytes()), true))
+}
+
+/// Checks a peer address (`HOST:PORT`, port 1 to 65535, at most 272 bytes).
+pub fn check_peer_addr(flag: &'static str, addr: &str) -> Result<(), NodeError> {
+    let bad = |why: &str| NodeError::usage(flag, format!("{addr:?} is not HOST:PORT: {why}"));
+    if addr.len() > MAX_ADDR_LEN {
+        return Err(bad("too long"));
+    }
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("empty or unusable host"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(bad("port must be 1 to 65535")),
+    }
+}
+
+/// Parses a chunk key of 64 hex digits (a BLAKE3 chunk key), for `fetch`.
+pub fn parse_chunk(flag: &'static str, text: &str) -> Result<ChunkKey, NodeError> {
+    let key = ChunkKey::parse_hex(text.as_bytes())
+        .map_err(|e| NodeError::usage(flag, format!("{text:?} is not a chunk key: {e}")))?;
+    Ok(key)
+}
+
+fn load_config(path: Option<&Path>) -> Result<NodeConfig, NodeError> {
+    Ok(match path {
+        Some(p) => NodeConfig::from_file(p)?,
+        None => NodeConfig::default(),
+    })
+}
+
+/// Everything `serve` needs, validated.
+#[derive(Clone, Debug)]
+pub struct ServePlan {
+    /// The address to bind for peers.
+    pub listen: SocketAddr,
+    /// This node's id.
+    pub peer_id: PeerId,
+    /// Whether `peer_id` was derived from a name (`--id` was not 64 hex digits).
+    pub id_derived: bool,
+    /// The id as the server announces it (`X-DART-Node`, roster): 64 lower-case hex digits.
+    pub node_id: String,
+    /// The address advertised in the roster: `--listen` as given (with port 0, replace it
+    /// with the bound address once bound).
+    pub advertised_addr: String,
+    /// The store directory (exists).
+    pub store: PathBuf,
+    /// Roster seeds (`--seed`), each checked.
+    pub seeds: Vec<String>,
+    /// The admin address for `/metrics`, if any.
+    pub metrics: Option<SocketAddr>,
+    /// The validated configuration.
+    pub config: NodeConfig,
+}
+
+/// Validates `serve`'s arguments and configuration, and creates the store directory if
+/// it is missing. Binds nothing.
+pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
+    let config = load_config(args.config.as_deref())?;
+    let (peer_id, id_derived) = node_id(&args.id)?;
+    for seed in &args.seeds {
+        check_peer_addr("--seed", seed)?;
+    }
+    config
+        .refresh_config(args.seeds.clone())
+        .validate()
+        .map_err(|e| config::refresh_error(&e))?;
+    let node_id = peer_id.to_hex();
+    let advertised_addr = args.listen.to_string();
+    config
+        .server_config(node_id.clone(), advertised_addr.clone())
+        .validate()
+        .map_err(|e| config::server_error(&e))?;
+    if let Some(m) = args.metrics {
+        if m == args.listen && m.port() != 0 {
+            return Err(NodeError::usage(
+                "--metrics",
+                format!("{m} is the peer address (--listen): the admin address must be another"),
+            ));
+        }
+    }
+    ensure_store(&args.store)?;
+    Ok(ServePlan {
+        listen: args.listen,
+        peer_id,
+        id_derived,
+        node_id,
+        advertised_addr,
+        store: args.store.clone(),
+        seeds: args.seeds.clone(),
+        metrics: args.metrics,
+        config,
+    })
+}
+
+/// Creates the store directory if missing; refuses a path that is not a directory.
+pub fn ensure_store(store: &Path) -> Result<(), NodeError> {
+    if store.exists() && !store.is_dir() {
+        return Err(NodeError::usage(
+            "--store",
+            format!("{} exists and is not a directory", store.display()),
+        ));
+    }
+    std::fs::create_dir_all(store).map_err(|source| NodeError::Io {
+        what: "cannot create store directory",
+        path: store.display().to_string(),
+        source,
+    })
+}
+
+/// Runs the node: binds `plan.listen`, serves the store, runs the roster service and
+/// (with `plan.metrics`) the metrics endpoint until interrupted.
+///
+/// Not wired yet in this branch: the lead connects it to `server`, `source`, `roster`
+/// and [`crate::metrics::serve_metrics`].
+pub async fn serve_node(plan: ServePlan) -> Result<(), NodeError> {
+    let _ = plan;
+    Err(NodeError::NotWired("serve"))
+}
+
+/// Everything `fetch` needs, validated.
+#[derive(Clone, Debug)]
+pub struct FetchPlan {
+    /// The file's chunk key.
+    pub chunk: ChunkKey,
+    /// Roster seeds (`--seed`).
+    pub seeds: Vec<String>,
+    /// Where the file goes.
+    pub output: PathBuf,
+    /// Blocks read at once.
+    pub parallel: usize,
+    /// The validated configuration.
+    pub config: NodeConfig,
+}
+
+/// Validates `fetch`'s arguments and configuration.
+pub fn plan_fetch(args: &FetchArgs) -> Result<FetchPlan, NodeError> {
+    let config = load_config(args.config.as_deref())?;
+    let chunk = parse_chunk("CHUNK", &args.chunk)?;
+    if chunk.as_bytes().len() != 32 {
+        return Err(NodeError::usage(
+            "CHUNK",
+            format!(
+                "{:?} has {} hex digits: a file's chunk key has 64",
+                args.chunk,
+                args.chunk.len()
+            ),
+        ));
+    }
+    for seed in &args.seeds {
+        check_peer_addr("--seed", seed)?;
+    }
+    config
+        .refresh_config(args.seeds.clone())
+        .validate()
+        .map_err(|e| config::refresh_error(&e))?;
+    check_output(&args.output)?;
+    let parallel = args.parallel.unwrap_or(config.read.parallel);
+    if parallel == 0 || parallel > MAX_PARALLEL {
+        return Err(NodeError::usage(
+            "--parallel",
+            format!("{parallel} is out of range: 1 to {MAX_PARALLEL}"),
+        ));
+    }
+    Ok(FetchPlan {
+        chunk,
+        seeds: args.seeds.clone(),
+        output: args.output.clone(),
+        parallel,
+        config,
+    })
+}
+
+/// An output path must name a file in an existing directory.
+fn check_output(output: &Path) -> Result<(), NodeError> {
+    if output.is_dir() {
+        return Err(NodeError::usage(
+            "-o",
+            format!("{} is a directory: name a file", output.display()),
+        ));
+    }
+    let parent = output.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(parent) = parent {
+        if !parent.is_dir() {
+            return Err(NodeError::usage(
+                "-o",
+                format!("directory {} does not exist", parent.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Downloads the file: reads the manifest (block 0, validated against the chunk key) and
+/// every block (validated against the manifest) through the read engine, `parallel` at
+/// a time, writes them to a temporary file renamed to `output` once complete, and
+/// reports which peers served how much and each failed block's outcome class.
+///
+/// Not wired yet in this branch: the lead connects it to `roster`, `client` and `reader`.
+pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
+    let _ = plan;
+    Err(NodeError::NotWired("fetch"))
+}
+
+/// Everything `get` needs, validated.
+#[derive(Clone, Debug)]
+pub struct GetPlan {
+    /// The peer to ask.
+    pub peer: String,
+    /// The chunk key.
+    pub chunk: ChunkKey,
+    /// The block index.
+    pub index: u64,
+    /// The block's exact length, if known.
+    pub expected: Option<u64>,
+    /// Where the block goes (`None`: stdout).
+    pub output: Option<PathBuf>,
+    /// The validated configuration.
+    pub config: NodeConfig,
+}
+
+/// Validates `get`'s arguments.
+pub fn plan_get(args: &GetArgs) -> Result<GetPlan, NodeError> {
+    let config = load_config(args.config.as_deref())?;
+    check_peer_addr("--peer", &args.peer)?;
+    let chunk = parse_chunk("CHUNK", &args.chunk)?;
+    if let Some(len) = args.expected {
+        let max = MAX_BLOCK_SIZE.max(manifest::MAX_MANIFEST_BYTES as u64);
+        if len > max {
+            return Err(NodeError::usage(
+                "--expected",
+                format!("{len} is above the largest block ({max} bytes)"),
+            ));
+        }
+    }
+    if let Some(o) = &args.output {
+        check_output(o)?;
+    }
+    Ok(GetPlan {
+        peer: args.peer.clone(),
+        chunk,
+        index: args.index,
+        expected: args.expected,
+        output: args.output.clone(),
+        config,
+    })
+}
+
+/// One exchange with `plan.peer` for the block (`get_validated` with `expected`, plain
+/// `get` otherwise); writes the body, or reports the outcome class on failure.
+///
+/// Not wired yet in this branch: the lead connects it to `client`.
+pub async fn get(plan: GetPlan) -> Result<(), NodeError> {
+    let _ = plan;
+    Err(NodeError::NotWired("get"))
+}

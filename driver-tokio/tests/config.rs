@@ -1,0 +1,312 @@
+//! The node configuration: every `[listener]` key reaches the core configuration it
+//! names, and every kind of mistake is refused with a message naming its key.
+
+use std::time::Duration;
+
+use peerblock_core::server::{AdmissionConfig, RateLimit};
+use peerblock_tokio::config::{ConfigError, NodeConfig};
+
+fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
+    NodeConfig::from_toml_str(text)
+}
+
+fn refused(text: &str) -> String {
+    match parse(text) {
+        Ok(c) => panic!("accepted {text:?}: {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// One `[listener]` admission key: its TOML value and how to read the field it sets.
+struct Case {
+    key: &'static str,
+    toml: &'static str,
+    field: fn(&AdmissionConfig) -> String,
+    expected: &'static str,
+}
+
+fn admission_cases() -> Vec<Case> {
+    vec![
+        Case {
+            key: "max_sessions",
+            toml: "300",
+            field: |a| a.max_sessions.to_string(),
+            expected: "300",
+        },
+        Case {
+            key: "max_sessions_per_source",
+            toml: "3",
+            field: |a| a.max_sessions_per_source.to_string(),
+            expected: "3",
+        },
+        Case {
+            key: "max_requests",
+            toml: "600",
+            field: |a| a.max_requests.to_string(),
+            expected: "600",
+        },
+        Case {
+            key: "max_requests_per_session",
+            toml: "3",
+            field: |a| a.max_requests_per_session.to_string(),
+            expected: "3",
+        },
+        Case {
+            key: "max_inflight_bytes",
+            toml: "134217728",
+            field: |a| a.max_inflight_bytes.to_string(),
+            expected: "134217728",
+        },
+        Case {
+            key: "max_inflight_bytes_per_source",
+            toml: "8388608",
+            field: |a| a.max_inflight_bytes_per_source.to_string(),
+            expected: "8388608",
+        },
+        Case {
+            key: "rate",
+            toml: "{ per_second = 50, burst = 10 }",
+            field: |a| format!("{:?}", a.rate),
+            expected: "Some(RateLimit { per_second: 50, burst: 10 })",
+        },
+        Case {
+            key: "max_tracked_sources",
+            toml: "2048",
+            field: |a| a.max_tracked_sources.to_string(),
+            expected: "2048",
+        },
+        Case {
+            key: "retry_after",
+            toml: "\"7s\"",
+            field: |a| format!("{:?}", a.retry_after),
+            expected: "7s",
+        },
+    ]
+}
+
+#[test]
+fn every_listener_admission_key_sets_the_admission_field_it_names() {
+    // Exhaustive destructuring: a new AdmissionConfig field breaks this test's build until
+    // it gets a key and a case below.
+    let AdmissionConfig {
+        max_sessions: _,
+        max_sessions_per_source: _,
+        max_requests: _,
+        max_requests_per_session: _,
+        max_inflight_bytes: _,
+        max_inflight_bytes_per_source: _,
+        rate: _,
+        max_tracked_sources: _,
+        retry_after: _,
+    } = AdmissionConfig::default();
+    let cases = admission_cases();
+    assert_eq!(cases.len(), 9, "one case per AdmissionConfig field");
+    let default = AdmissionConfig::default();
+    for case in cases {
+        let text = format!("[listener]\n{} = {}\n", case.key, case.toml);
+        let config = parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let admission = config.admission();
+        assert_eq!((case.field)(&admission), case.expected, "key {}", case.key);
+        assert_ne!(
+            (case.field)(&default),
+            case.expected,
+            "key {}: the case must change the default",
+            case.key
+        );
+        // Only that field changed.
+        let changed = [
+            admission.max_sessions != default.max_sessions,
+            admission.max_sessions_per_source != default.max_sessions_per_source,
+            admission.max_requests != default.max_requests,
+            admission.max_requests_per_session != default.max_requests_per_session,
+            admission.max_inflight_bytes != default.max_inflight_bytes,
+            admission.max_inflight_bytes_per_source != default.max_inflight_bytes_per_source,
+            admission.rate != default.rate,
+            admission.max_tracked_sources != default.max_tracked_sources,
+            admission.retry_after != default.retry_after,
+        ];
+        assert_eq!(
+            changed.iter().filter(|c| **c).count(),
+            1,
+            "key {} changed more than its field",
+            case.key
+        );
+    }
+}
+
+#[test]
+fn listener_rate_table_form_sets_the_rate_bucket() {
+    let config = parse("[listener.rate]\nper_second = 20\nburst = 5\n").unwrap();
+    assert_eq!(
+        config.admission().rate,
+        Some(RateLimit {
+            per_second: 20,
+            burst: 5
+        })
+    );
+}
+
+#[test]
+fn listener_server_keys_set_the_server_deadlines_and_relay() {
+    let config = parse(
+        "[listener]\nidle_timeout = \"61s\"\nsource_timeout = \"2500ms\"\nsend_timeout = \"1m\"\n\
+         linger = \"3s\"\nrefusal_head_timeout = \"750ms\"\nmax_hop = 5\n",
+    )
+    .unwrap();
+    let s = config.server_config("a", "127.0.0.1:1");
+    assert_eq!(s.idle_timeout, Duration::from_secs(61));
+    assert_eq!(s.source_timeout, Duration::from_millis(2500));
+    assert_eq!(s.send_timeout, Duration::from_secs(60));
+    assert_eq!(s.linger, Duration::from_secs(3));
+    assert_eq!(s.refusal_head_timeout, Duration::from_millis(750));
+    assert_eq!(s.relay.map(|r| r.max_hop), Some(5));
+    let off = parse("[listener]\nrelay = false\n").unwrap();
+    assert!(off.server_config("a", "127.0.0.1:1").relay.is_none());
+}
+
+#[test]
+fn client_read_and_roster_keys_reach_core_configs() {
+    let config = parse(
+        "[client]\ndial_timeout = \"2s\"\nmax_body = 1000\npool_idle_per_peer = 8\n\
+         max_refusal_cooldown = \"20s\"\n\
+         [read]\nclose_group_size = 5\nhedge_delay = \"300ms\"\nparallel = 16\n\
+         [roster]\ninterval = \"10s\"\njitter = \"1s\"\ncapacity = 100\n",
+    )
+    .unwrap();
+    let c = config.client_config();
+    assert_eq!(c.deadlines.dial, Duration::from_secs(2));
+    assert_eq!(c.max_body, 1000);
+    assert_eq!(c.max_refusal_cooldown, Duration::from_secs(20));
+    assert_eq!(config.pool().idle_per_peer, 8);
+    let r = config.read_config();
+    assert_eq!(r.close_group_size, 5);
+    assert_eq!(r.hedge_delay, Duration::from_millis(300));
+    assert_eq!(
+        r.max_retry_after,
+        Duration::from_secs(20),
+        "one refusal cap for client and read"
+    );
+    assert_eq!(config.read.parallel, 16);
+    let f = config.refresh_config(vec!["a:1".into()]);
+    assert_eq!(f.interval, Duration::from_secs(10));
+    assert_eq!(f.jitter, Duration::from_secs(1));
+    assert_eq!(f.seeds, vec!["a:1".to_string()]);
+    assert_eq!(config.roster.capacity, 100);
+}
+
+#[test]
+fn an_empty_file_is_every_default() {
+    let config = parse("").unwrap();
+    assert_eq!(config.admission(), AdmissionConfig::default());
+    assert_eq!(config, NodeConfig::default());
+}
+
+#[test]
+fn an_unknown_key_is_refused_naming_the_key_and_its_line() {
+    let msg = refused("[listener]\nmax_sessions = 10\nmax_sesions = 3\n");
+    assert!(msg.contains("max_sesions"), "{msg}");
+    assert!(msg.contains("line 3"), "{msg}");
+    assert!(msg.contains("unknown field"), "{msg}");
+}
+
+#[test]
+fn an_unknown_table_is_refused() {
+    let msg = refused("[listner]\nmax_sessions = 10\n");
+    assert!(msg.contains("listner"), "{msg}");
+}
+
+#[test]
+fn a_value_of_the_wrong_type_is_refused_naming_the_key() {
+    let msg = refused("[listener]\nmax_sessions = -1\n");
+    assert!(msg.contains("max_sessions"), "{msg}");
+    assert!(msg.contains("line 2"), "{msg}");
+}
+
+#[test]
+fn a_duration_without_a_unit_is_refused_naming_the_key() {
+    let msg = refused("[listener]\nretry_after = \"15\"\n");
+    assert!(msg.contains("retry_after"), "{msg}");
+    assert!(msg.contains("no unit"), "{msg}");
+    let msg = refused("[listener]\nretry_after = 15\n");
+    assert!(msg.contains("retry_after"), "{msg}");
+}
+
+#[test]
+fn a_zero_limit_is_refused_naming_the_key() {
+    let e = parse("[listener]\nmax_sessions = 0\n").unwrap_err();
+    assert_eq!(e.key(), Some("listener.max_sessions"));
+    assert!(e.to_string().contains("zero"), "{e}");
+}
+
+#[test]
+fn a_zero_server_timeout_is_refused_naming_the_key() {
+    let e = parse("[listener]\nlinger = \"0s\"\n").unwrap_err();
+    assert_eq!(e.key(), Some("listener.linger"), "{e}");
+}
+
+#[test]
+fn per_source_sessions_above_sessions_is_refused_naming_the_key() {
+    let e = parse(
+        "[listener]\nmax_sessions = 8\nmax_sessions_per_source = 16\nmax_tracked_sources = 8\n",
+    )
+    .unwrap_err();
+    assert_eq!(e.key(), Some("listener.max_sessions_per_source"), "{e}");
+    assert!(e.to_string().contains("exceeds `max_sessions`"), "{e}");
+}
+
+#[test]
+fn one_source_able_to_take_every_request_slot_is_refused() {
+    let e = parse("[listener]\nmax_requests = 8\nmax_sessions_per_source = 4\n").unwrap_err();
+    assert_eq!(e.key(), Some("listener.max_sessions_per_source"), "{e}");
+    assert!(e.to_string().contains("every request slot"), "{e}");
+}
+
+#[test]
+fn a_source_table_smaller_than_sessions_is_refused() {
+    let e = parse("[listener]\nmax_tracked_sources = 100\n").unwrap_err();
+    assert_eq!(e.key(), Some("listener.max_tracked_sources"), "{e}");
+}
+
+#[test]
+fn a_zero_rate_is_refused_naming_the_key() {
+    let e = parse("[listener]\nrate = { per_second = 0, burst = 1 }\n").unwrap_err();
+    assert_eq!(e.key(), Some("listener.rate.per_second"), "{e}");
+}
+
+#[test]
+fn a_zero_max_hop_is_refused() {
+    let e = parse("[listener]\nmax_hop = 0\n").unwrap_err();
+    assert_eq!(e.key(), Some("listener.max_hop"), "{e}");
+}
+
+#[test]
+fn client_errors_name_the_client_key() {
+    let e = parse("[client]\nresponse_header_timeout = \"0ms\"\n").unwrap_err();
+    assert_eq!(e.key(), Some("client.response_header_timeout"), "{e}");
+    let e = parse("[client]\npool_idle_per_peer = 600\n").unwrap_err();
+    assert_eq!(e.key(), Some("client.pool_idle_per_peer"), "{e}");
+    let e = parse("[client]\nmax_refusal_cooldown = \"10m\"\n").unwrap_err();
+    assert_eq!(e.key(), Some("client.max_refusal_cooldown"), "{e}");
+}
+
+#[test]
+fn read_errors_name_the_read_key() {
+    let e = parse("[read]\nclose_group_size = 17\n").unwrap_err();
+    assert_eq!(e.key(), Some("read.close_group_size"), "{e}");
+    let e = parse("[read]\nparallel = 0\n").unwrap_err();
+    assert_eq!(e.key(), Some("read.parallel"), "{e}");
+}
+
+#[test]
+fn roster_errors_name_the_roster_key() {
+    let e = parse("[roster]\ninterval = \"5s\"\njitter = \"5s\"\n").unwrap_err();
+    assert_eq!(e.key(), Some("roster.jitter"), "{e}");
+    let e = parse("[roster]\ncapacity = 0\n").unwrap_err();
+    assert_eq!(e.key(), Some("roster.capacity"), "{e}");
+}
+
+#[test]
+fn a_duration_above_a_day_is_refused() {
+    let msg = refused("[listener]\nidle_timeout = \"25h\"\n");
+    assert!(msg.contains("idle_timeout") && msg.contains("24h"), "{msg}");
+}
