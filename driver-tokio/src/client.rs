@@ -369,23 +369,38 @@ impl std::fmt::Debug for Client {
 struct Inner {
     opts: ClientOptions,
     peers: Mutex<Peers>,
-    pool: Mutex<Pool>,
+    pool: Mutex<Pool<Pooled>>,
     slots: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-struct Idle {
+/// A pooled connection: the socket and core's connection state.
+struct Pooled {
     stream: TcpStream,
     conn: Connection,
+}
+
+/// An idle entry and when it went idle.
+struct Idle<T> {
+    item: T,
     since: std::time::Instant,
 }
 
-#[derive(Default)]
-struct Pool {
-    idle: HashMap<String, VecDeque<Idle>>,
+/// Idle connections per peer address, bounded per peer and globally ([`PoolConfig`]).
+struct Pool<T> {
+    idle: HashMap<String, VecDeque<Idle<T>>>,
     total: usize,
 }
 
-impl Pool {
+impl<T> Default for Pool<T> {
+    fn default() -> Self {
+        Pool {
+            idle: HashMap::new(),
+            total: 0,
+        }
+    }
+}
+
+impl<T> Pool<T> {
     /// The most recently pooled live connection to `addr` (the least likely to have been
     /// retired by the peer); expired ones are closed on the way.
     fn take(
@@ -393,13 +408,13 @@ impl Pool {
         addr: &str,
         now: std::time::Instant,
         timeout: std::time::Duration,
-    ) -> Option<Idle> {
+    ) -> Option<T> {
         let list = self.idle.get_mut(addr)?;
         let mut found = None;
         while let Some(idle) = list.pop_back() {
             self.total -= 1;
             if now.saturating_duration_since(idle.since) < timeout {
-                found = Some(idle);
+                found = Some(idle.item);
                 break;
             }
         }
@@ -409,7 +424,8 @@ impl Pool {
         found
     }
 
-    fn put(&mut self, addr: &str, idle: Idle, cfg: &PoolConfig) {
+    fn put(&mut self, addr: &str, item: T, now: std::time::Instant, cfg: &PoolConfig) {
+        let idle = Idle { item, since: now };
         let list = self.idle.entry(addr.to_owned()).or_default();
         if list.len() >= cfg.idle_per_peer {
             list.pop_front();
@@ -473,7 +489,7 @@ impl Inner {
         self.peers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_pool(&self) -> MutexGuard<'_, Pool> {
+    fn lock_pool(&self) -> MutexGuard<'_, Pool<Pooled>> {
         self.pool.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -664,7 +680,7 @@ impl Client {
             };
             let was_pooled = pooled.is_some();
             let (link, stream) = match pooled {
-                Some(idle) => (Link::Pooled(idle.conn), Some(idle.stream)),
+                Some(p) => (Link::Pooled(p.conn), Some(p.stream)),
                 None => (Link::Dial, None),
             };
             let request = match &kind {
@@ -718,12 +734,11 @@ impl Client {
             }
             if outcome.connection == ConnectionFate::Reuse {
                 if let (Some(conn), Some(stream)) = (exchange.take_connection(), stream) {
-                    let idle = Idle {
-                        stream,
-                        conn,
-                        since: std::time::Instant::now(),
-                    };
-                    inner.lock_pool().put(&peer.addr, idle, &inner.opts.pool);
+                    let pooled = Pooled { stream, conn };
+                    let now = std::time::Instant::now();
+                    inner
+                        .lock_pool()
+                        .put(&peer.addr, pooled, now, &inner.opts.pool);
                 }
             }
             // The connection is in the pool (or closed) before its slot frees up, so a
@@ -901,10 +916,12 @@ async fn drive(
             }
         }
         if exchange.is_finished() {
-            // `Done` is always polled above before the machine reads as finished with
-            // nothing left; this guards the loop against a machine that says otherwise.
-            exchange.cancel(inner.now());
-            continue;
+            // Core emits `Done` exactly once, as it finishes, and it was drained above;
+            // were it ever missing, end as a cancellation rather than spin.
+            tracing::warn!(addr, "exchange finished without an outcome");
+            let path = exchange.breaker_path();
+            let outcome = ExchangeOutcome::new(Ending::Cancelled, path, ConnectionFate::Close);
+            return (exchange, outcome, None);
         }
         // Bytes in, or the next deadline.
         let deadline = exchange.poll_timeout().map(|d| d.at);
@@ -938,5 +955,76 @@ async fn drive(
             }
             Step::Timer => exchange.handle_timeout(now),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(per_peer: usize, global: usize) -> PoolConfig {
+        PoolConfig {
+            idle_per_peer: per_peer,
+            idle_global: global,
+            idle_timeout: std::time::Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_its_per_peer_bound_dropping_the_oldest() {
+        let mut p = Pool::default();
+        let t = std::time::Instant::now();
+        for i in 0..40u32 {
+            p.put("a:1", i, t, &cfg(MAX_IDLE_PER_PEER, MAX_IDLE_GLOBAL));
+        }
+        assert_eq!(p.total, MAX_IDLE_PER_PEER);
+        // Newest first; the oldest 8 were closed.
+        assert_eq!(
+            p.take("a:1", t, std::time::Duration::from_secs(10)),
+            Some(39)
+        );
+        let mut rest = Vec::new();
+        while let Some(i) = p.take("a:1", t, std::time::Duration::from_secs(10)) {
+            rest.push(i);
+        }
+        assert_eq!(rest.last(), Some(&8));
+        assert_eq!(p.total, 0);
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_its_global_bound_dropping_the_globally_oldest() {
+        let mut p = Pool::default();
+        let t = std::time::Instant::now();
+        let c = cfg(MAX_IDLE_PER_PEER, 3);
+        for (i, addr) in ["a:1", "b:1", "c:1", "d:1"].into_iter().enumerate() {
+            p.put(addr, i, t + std::time::Duration::from_millis(i as u64), &c);
+        }
+        assert_eq!(p.total, 3);
+        let timeout = std::time::Duration::from_secs(10);
+        assert_eq!(p.take("a:1", t, timeout), None, "the oldest was closed");
+        assert_eq!(p.take("d:1", t, timeout), Some(3));
+    }
+
+    #[test]
+    fn an_idle_connection_past_the_idle_timeout_is_closed_not_reused() {
+        let mut p = Pool::default();
+        let t = std::time::Instant::now();
+        let c = cfg(MAX_IDLE_PER_PEER, MAX_IDLE_GLOBAL);
+        p.put("a:1", 1u32, t, &c);
+        let later = t + std::time::Duration::from_secs(11);
+        assert_eq!(p.take("a:1", later, c.idle_timeout), None);
+        assert_eq!(p.total, 0);
+    }
+
+    #[test]
+    fn an_address_gives_the_same_peer_id_every_time() {
+        assert_eq!(
+            peer_id_for_addr("10.0.0.1:7070"),
+            peer_id_for_addr("10.0.0.1:7070")
+        );
+        assert_ne!(
+            peer_id_for_addr("10.0.0.1:7070"),
+            peer_id_for_addr("10.0.0.2:7070")
+        );
     }
 }

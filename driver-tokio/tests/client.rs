@@ -487,3 +487,15 @@ async fn python_http_server_serves_a_block_byte_exact() {
     })
     .await;
 }
+
+#[test]
+fn a_zero_connection_cap_is_refused_naming_the_option() {
+    let mut o = options();
+    o.max_conns_per_peer = 0;
+    let err = Client::new(o).unwrap_err();
+    assert!(err.to_string().contains("max_conns_per_peer"), "{err}");
+    let mut o = options();
+    o.pool.idle_per_peer = peerblock_tokio::client::MAX_IDLE_PER_PEER + 1;
+    let err = Client::new(o).unwrap_err();
+    assert!(err.to_string().contains("pool.idle_per_peer"), "{err}");
+}
