@@ -253,6 +253,9 @@ pub enum Local {
     /// No connection slot to the peer freed up before the request's deadline. Nothing was
     /// recorded against the peer (its ticket was abandoned).
     NoConnectionSlot,
+    /// A header value of the request cannot be sent (control characters in the origin
+    /// or the caller's id or address): our own misuse, nothing was sent or recorded.
+    Unsendable,
 }
 
 /// What one request gave: core's outcome for the read, the exchange's ending, and how it
@@ -311,6 +314,9 @@ impl Fetched {
             }
             (_, Some(Local::BreakerRejected)) => {
                 format!("{}: circuit open, not dialed", self.class.name())
+            }
+            (_, Some(Local::Unsendable)) => {
+                format!("{}: request header cannot be sent", self.class.name())
             }
             (_, Some(Local::NoConnectionSlot)) => {
                 format!(
@@ -706,10 +712,12 @@ impl Client {
                 Err(e) => {
                     // The config was validated in `Client::new`: only a request header
                     // that cannot be sent (the caller's origin or caller id) gets here.
+                    // Our own misuse: nothing reached the peer, nothing is charged to it.
                     tracing::warn!(addr = %peer.addr, error = %e, "request cannot be sent");
-                    let outcome =
-                        ExchangeOutcome::new(Ending::Cancelled, path, ConnectionFate::Close);
-                    return self.finish(peer, &mut guard, outcome, started, was_pooled, retried);
+                    if let Some(t) = guard.ticket.take() {
+                        inner.lock_peers().abandon(inner.now(), t);
+                    }
+                    return self.local(peer, Local::Unsendable, started);
                 }
             };
             let validator = match &kind {
@@ -802,7 +810,7 @@ impl Client {
 
     fn local(&self, peer: &Peer, local: Local, started: std::time::Instant) -> Fetched {
         let class = match local {
-            Local::BreakerRejected => OutcomeClass::Unavailable,
+            Local::BreakerRejected | Local::Unsendable => OutcomeClass::Unavailable,
             Local::NoConnectionSlot => OutcomeClass::Busy,
         };
         let elapsed = started.elapsed();

@@ -53,7 +53,8 @@ pub struct RosterService {
 impl RosterService {
     /// Starts the refresh (`Refresh::new(now, config, seed)`; its first round is due at
     /// once) on a task. `membership` is the node's table (created by the caller with
-    /// `Membership::new`, naming this node); `config.seeds` are the seed addresses.
+    /// `Membership::new`, naming this node); `config.seeds` are the seed addresses. Call
+    /// it within a tokio runtime (it spawns the service's task).
     pub fn start(
         client: Client,
         membership: SharedMembership,

@@ -499,3 +499,34 @@ fn a_zero_connection_cap_is_refused_naming_the_option() {
     let err = Client::new(o).unwrap_err();
     assert!(err.to_string().contains("pool.idle_per_peer"), "{err}");
 }
+
+#[test]
+fn a_header_that_cannot_be_sent_is_our_error_and_charges_nobody() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(bounded(async {
+        let server = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"x"))).await;
+        let c = client();
+        let peer = Peer::from_addr(&server.addr);
+        let mut bad = block();
+        bad.origin = Some("http://origin\r\nX-Evil: 1");
+        let got = c.get(&peer, bad).await;
+        assert_eq!(got.local, Some(Local::Unsendable));
+        assert_eq!(server.stats.accepts(), 0, "nothing was sent");
+        let now = c.now();
+        assert!(c.with_peers(|p| p.eligible(now, &peer.id)));
+        assert_eq!(c.with_peers(|p| p.in_flight(&peer.id)), 0);
+    }));
+}
+
+#[test]
+fn request_futures_can_be_spawned() {
+    fn assert_send<T: Send>(_: &T) {}
+    let c = client();
+    let peer = Peer::from_addr("127.0.0.1:1");
+    assert_send(&c.get(&peer, block()));
+    assert_send(&c.get_validated(&peer, block(), 1, |_| true));
+    assert_send(&c.fetch_roster("127.0.0.1:1", None, None));
+}

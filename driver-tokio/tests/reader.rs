@@ -160,3 +160,20 @@ async fn a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one() 
     .await
     .expect("test bound");
 }
+
+#[test]
+fn reads_can_be_spawned() {
+    fn assert_send<T: Send>(_: &T) {}
+    let reader = Reader::new(client(), fixed(&[]), ReadConfig::default(), 1).unwrap();
+    assert_send(&reader.read(spec(b"x")));
+}
+
+#[test]
+fn a_bad_read_config_is_refused_at_construction() {
+    let config = ReadConfig {
+        close_group_size: 0,
+        ..ReadConfig::default()
+    };
+    let err = Reader::new(client(), fixed(&[]), config, 1).unwrap_err();
+    assert!(err.to_string().contains("close_group_size"), "{err}");
+}
