@@ -530,3 +530,41 @@ fn request_futures_can_be_spawned() {
     assert_send(&c.get_validated(&peer, block(), 1, |_| true));
     assert_send(&c.fetch_roster("127.0.0.1:1", None, None));
 }
+
+#[tokio::test]
+async fn a_request_waiting_for_a_connection_slot_gives_up_at_its_deadline() {
+    bounded(async {
+        // One connection per peer, held by a GET the server never answers: a second GET
+        // waits for the slot until its own deadline, and nothing is charged to the peer.
+        let server = canned::serve(|_, _, _| Reply::BytesThenHold(Vec::new())).await;
+        let c = client_with(|o| o.max_conns_per_peer = 1);
+        let peer = Peer::from_addr(&server.addr);
+        let first = {
+            let (c, p) = (c.clone(), peer.clone());
+            tokio::spawn(async move { c.get(&p, block()).await })
+        };
+        while server.stats.heads().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let opts = peerblock_tokio::client::GetOptions {
+            deadline: Some(c.now() + Duration::from_millis(200)),
+            ..Default::default()
+        };
+        let second = c.fetch_block(&peer, block(), opts).await;
+        assert_eq!(second.local, Some(Local::NoConnectionSlot));
+        assert!(
+            second.elapsed >= StdDuration::from_millis(190)
+                && second.elapsed < StdDuration::from_secs(3),
+            "{:?}",
+            second.elapsed
+        );
+        assert_eq!(server.stats.accepts(), 1, "the second GET never dialed");
+        assert_eq!(
+            c.with_peers(|p| p.in_flight(&peer.id)),
+            1,
+            "only the first is in flight"
+        );
+        first.abort();
+    })
+    .await;
+}
