@@ -66,7 +66,8 @@ pub const DEFAULT_MAX_CONNS_PER_PEER: usize = 4;
 /// peers plus the node). Entries of peers with no connection open are dropped first.
 pub const MAX_TRACKED_PEERS: usize = 4096;
 
-/// Bytes a canned validator or a caller can share: the validator of `get_validated`.
+/// The caller's validator for `get_validated`: `true` accepts a body of exactly the expected
+/// length. It runs on the request's task, so keep it short (a hash of the block).
 pub type Validator = Arc<dyn Fn(&Bytes) -> bool + Send + Sync>;
 
 /// A progress hook: called with the status when a response head arrives
