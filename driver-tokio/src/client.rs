@@ -148,6 +148,10 @@ pub struct ClientOptions {
     pub clock: Clock,
     /// The node's metrics.
     pub metrics: Metrics,
+    /// The local address outgoing connections are made from (`None`: the kernel's
+    /// choice). A node listening on one address of a multi-homed host dials from it, so
+    /// peers see it as one source.
+    pub local_ip: Option<std::net::IpAddr>,
 }
 
 impl ClientOptions {
@@ -160,6 +164,7 @@ impl ClientOptions {
             max_conns_per_peer: DEFAULT_MAX_CONNS_PER_PEER,
             clock,
             metrics,
+            local_ip: None,
         }
     }
 }
@@ -846,6 +851,30 @@ async fn sleep_to(clock: &Clock, at: Option<Instant>) {
     }
 }
 
+/// Connects to `addr` (`HOST:PORT`), from `local_ip` when given (the first resolved
+/// address of the same family; the port is the kernel's choice).
+async fn connect(addr: &str, local_ip: Option<std::net::IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(ip) = local_ip else {
+        return TcpStream::connect(addr).await;
+    };
+    let target = tokio::net::lookup_host(addr)
+        .await?
+        .find(|a| a.is_ipv4() == ip.is_ipv4())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::AddrNotAvailable,
+                format!("{addr} has no address of the family of {ip}"),
+            )
+        })?;
+    let socket = if ip.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.bind(std::net::SocketAddr::new(ip, 0))?;
+    socket.connect(target).await
+}
+
 /// Runs `exchange` to its `Done`: dials if it has no stream, writes, reads, wakes at its
 /// deadlines. Returns the exchange (for `take_connection`), its outcome and the stream.
 async fn drive(
@@ -859,7 +888,7 @@ async fn drive(
     let clock = &inner.opts.clock;
     if stream.is_none() && !exchange.is_finished() {
         // The dial, raced against the exchange's own deadlines (dial, request, caller).
-        let mut connect = pin!(TcpStream::connect(addr));
+        let mut connect = pin!(connect(addr, inner.opts.local_ip));
         loop {
             let deadline = exchange.poll_timeout().map(|d| d.at);
             tokio::select! {

@@ -35,7 +35,7 @@ use peerblock_core::wire::BlockPath;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::client::{Client, GetOptions, Peer, Progress, Validator};
+use crate::client::{Client, Fetched, GetOptions, Peer, Progress, Validator};
 use crate::SharedMembership;
 
 /// One candidate a lookup found: the read's `LookupPeer` (id and optional per-key load
@@ -121,6 +121,9 @@ pub trait OriginFetch: Send + Sync + 'static {
     fn fetch(&self, key: &Key, path: &BlockPath) -> OriginFuture;
 }
 
+/// Told of every GET a [`Reader`]'s reads finish: the peer asked and what it gave.
+pub type GetObserver = Arc<dyn Fn(&Peer, &Fetched) + Send + Sync>;
+
 /// One block to read.
 #[derive(Clone)]
 pub struct BlockSpec {
@@ -192,6 +195,7 @@ pub struct Reader {
     client: Client,
     discovery: Arc<dyn Discovery>,
     origin: Option<Arc<dyn OriginFetch>>,
+    observer: Option<GetObserver>,
     config: ReadConfig,
     seed: u64,
     reads: AtomicU64,
@@ -221,6 +225,7 @@ impl Reader {
             client,
             discovery,
             origin: None,
+            observer: None,
             config,
             seed: child_seed(node_seed, "reads"),
             reads: AtomicU64::new(0),
@@ -230,6 +235,13 @@ impl Reader {
     /// The same reader with an origin fetcher (used when the config says `origin`).
     pub fn with_origin(mut self, origin: Arc<dyn OriginFetch>) -> Self {
         self.origin = Some(origin);
+        self
+    }
+
+    /// The same reader with an observer told of every GET its reads finish (which peer,
+    /// which outcome class, how many bytes): what a caller needs to report per peer.
+    pub fn with_observer(mut self, observer: GetObserver) -> Self {
+        self.observer = Some(observer);
         self
     }
 
@@ -375,10 +387,14 @@ impl Reader {
         };
         let path = block.path;
         let tx = tx.clone();
+        let observer = self.observer.clone();
         tokio::spawn(async move {
             let fetched = client
                 .fetch_block(&peer, BlockRequest::new(path), opts)
                 .await;
+            if let Some(observe) = &observer {
+                observe(&peer, &fetched);
+            }
             let _ = tx.send(Msg::Get(id, fetched.get)).await;
         })
     }
