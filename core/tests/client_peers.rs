@@ -319,3 +319,22 @@ fn placement_members_are_the_roster_members_with_parsed_ids_unplaceable_ids_left
         ]
     );
 }
+
+#[test]
+fn finish_hands_back_the_ending_it_derived_the_get_outcome_from() {
+    // Rule: a driver reports what happened (the typed failure, the block) after recording
+    // it, so `finish` returns the ending along with the read's outcome derived from it.
+    let mut p = peers();
+    let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+    let f = p.finish(
+        secs(0),
+        t,
+        outcome(Ending::Block(Bytes::from_static(b"abc"))),
+    );
+    assert_eq!(f.get, GetOutcome::Found(Bytes::from_static(b"abc")));
+    assert!(matches!(f.ending, Ending::Block(ref b) if b.as_ref() == b"abc"));
+    let t = p.admit(secs(0), peer(2), BreakerPath::Data).unwrap();
+    let f = p.finish(secs(0), t, outcome(Ending::Failed(ExchangeError::Closed)));
+    assert_eq!(f.get, GetOutcome::Failed);
+    assert!(matches!(f.ending, Ending::Failed(ExchangeError::Closed)));
+}

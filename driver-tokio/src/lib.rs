@@ -24,12 +24,14 @@
 use std::sync::{Arc, Mutex};
 
 pub mod client;
+mod cmd;
 pub mod config;
 pub mod manifest;
 pub mod metrics;
 pub mod node;
 pub mod progress;
 pub mod reader;
+pub mod relay;
 pub mod roster;
 pub mod server;
 pub mod source;

@@ -64,9 +64,6 @@ pub enum NodeError {
     /// The operation failed (the message says how: the outcome class of a block, ...).
     #[error("{0}")]
     Failed(String),
-    /// The command is parsed and validated but not connected to the driver yet.
-    #[error("`{0}` is not wired to the driver in this build")]
-    NotWired(&'static str),
 }
 
 impl NodeError {
@@ -77,11 +74,11 @@ impl NodeError {
             NodeError::Import(manifest::ImportError::BlockSize(_)) => EXIT_USAGE,
             NodeError::Import(manifest::ImportError::TooManyBlocks { .. }) => EXIT_USAGE,
             NodeError::Import(_) | NodeError::Io { .. } => EXIT_IO,
-            NodeError::Failed(_) | NodeError::NotWired(_) => EXIT_FAILED,
+            NodeError::Failed(_) => EXIT_FAILED,
         }
     }
 
-    fn usage(flag: &'static str, rule: impl Into<String>) -> Self {
+    pub(crate) fn usage(flag: &'static str, rule: impl Into<String>) -> Self {
         NodeError::Usage {
             flag,
             rule: rule.into(),
@@ -196,6 +193,13 @@ pub struct GetArgs {
     /// TOML configuration file (its client table applies).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// `X-DART-Origin`: the origin URL (`http://HOST:PORT`) a relay-capable peer may fetch
+    /// the block from on our behalf when it does not hold it.
+    #[arg(long, value_name = "URL")]
+    pub origin: Option<String>,
+    /// `X-DART-Hop`: the relay depth to send (a peer relays only below its bound).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub hop: u32,
 }
 
 /// Parses a `--block-size`: decimal bytes, optionally with `KiB`, `MiB` (or `K`, `M`),
@@ -356,12 +360,8 @@ pub fn ensure_store(store: &Path) -> Result<(), NodeError> {
 
 /// Runs the node: binds `plan.listen`, serves the store, runs the roster service and
 /// (with `plan.metrics`) the metrics endpoint until interrupted.
-///
-/// Not wired yet in this branch: the lead connects it to `server`, `source`, `roster`
-/// and [`crate::metrics::serve_metrics`].
 pub async fn serve_node(plan: ServePlan) -> Result<(), NodeError> {
-    let _ = plan;
-    Err(NodeError::NotWired("serve"))
+    crate::cmd::serve(plan).await
 }
 
 /// Everything `fetch` needs, validated.
@@ -441,11 +441,8 @@ fn check_output(output: &Path) -> Result<(), NodeError> {
 /// every block (validated against the manifest) through the read engine, `parallel` at
 /// a time, writes them to a temporary file renamed to `output` once complete, and
 /// reports which peers served how much and each failed block's outcome class.
-///
-/// Not wired yet in this branch: the lead connects it to `roster`, `client` and `reader`.
 pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
-    let _ = plan;
-    Err(NodeError::NotWired("fetch"))
+    crate::cmd::fetch(plan).await
 }
 
 /// Everything `get` needs, validated.
@@ -461,6 +458,10 @@ pub struct GetPlan {
     pub expected: Option<u64>,
     /// Where the block goes (`None`: stdout).
     pub output: Option<PathBuf>,
+    /// `X-DART-Origin` to send, if any.
+    pub origin: Option<String>,
+    /// `X-DART-Hop` to send.
+    pub hop: u32,
     /// The validated configuration.
     pub config: NodeConfig,
 }
@@ -488,15 +489,14 @@ pub fn plan_get(args: &GetArgs) -> Result<GetPlan, NodeError> {
         index: args.index,
         expected: args.expected,
         output: args.output.clone(),
+        origin: args.origin.clone(),
+        hop: args.hop,
         config,
     })
 }
 
 /// One exchange with `plan.peer` for the block (`get_validated` with `expected`, plain
 /// `get` otherwise); writes the body, or reports the outcome class on failure.
-///
-/// Not wired yet in this branch: the lead connects it to `client`.
 pub async fn get(plan: GetPlan) -> Result<(), NodeError> {
-    let _ = plan;
-    Err(NodeError::NotWired("get"))
+    crate::cmd::get(plan).await
 }

@@ -1,1 +1,425 @@
-//! Being built (issue 10).
+//! The reader: drives core's `read::Read` for one block over the tokio [`Client`].
+//!
+//! Core decides whom to ask, when to hedge, when to wait out refusals and what the read's
+//! outcome is; the reader runs what it is told:
+//!
+//! - `ReadEvent::Lookup` → the [`Discovery`] (on a task) → `Read::handle_lookup_peers`;
+//! - `ReadEvent::Get { id, peer }` → a task running [`Client::fetch_block`] (validated
+//!   when the caller gave an expected length), whose response head is
+//!   `Read::handle_get_progress` and whose `GetOutcome` (from `Peers::finish`) is
+//!   `Read::handle_get`;
+//! - `ReadEvent::Cancel { id }` → that task is aborted: dropping its request settles its
+//!   ticket (`Peers::abandon`) and closes its connection;
+//! - `ReadEvent::FetchOrigin` → the optional [`OriginFetch`], or `OriginOutcome::Failed`;
+//! - timers from `Read::poll_timeout` → `Read::handle_timeout`;
+//! - until `ReadEvent::Done(outcome)`: the read's [`ReadOutcome`] and `Read::stats()`.
+//!
+//! The read is polled with the client's shared `Peers` as its `PeerView`, locked only for
+//! the `poll_event` call.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use peerblock_core::client::{placement_members, BlockRequest};
+use peerblock_core::placement::{owners, Key, PeerId};
+use peerblock_core::read::{
+    GetId, GetOutcome, LookupPeer, OriginOutcome, Read, ReadConfig, ReadConfigError, ReadEvent,
+    ReadOutcome, ReadStats, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT,
+};
+use peerblock_core::rng::{child_seed, indexed_seed};
+use peerblock_core::time::Instant;
+use peerblock_core::wire::BlockPath;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::client::{Client, Fetched, GetOptions, Peer, Progress, Validator};
+use crate::SharedMembership;
+
+/// One candidate a lookup found: the read's `LookupPeer` (id and optional per-key load
+/// hint) and the address to dial it at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The peer as the read machine sees it.
+    pub peer: LookupPeer,
+    /// Its `host:port`.
+    pub addr: String,
+}
+
+/// The future a [`Discovery`] returns.
+pub type DiscoveryFuture = Pin<Box<dyn Future<Output = Vec<Candidate>> + Send + 'static>>;
+
+/// Where a block's candidate holders come from: placement over the roster
+/// ([`PlacementDiscovery`]), a DHT lookup, a fixed list ([`FixedDiscovery`]). Object safe:
+/// the reader holds an `Arc<dyn Discovery>`.
+pub trait Discovery: Send + Sync + 'static {
+    /// Candidates for the block `path`, whose placement key is `key`, in any order.
+    fn lookup(&self, key: &Key, path: &BlockPath) -> DiscoveryFuture;
+}
+
+/// The default discovery for roster deployments: the rendezvous owners of the key among
+/// the roster's members (`client::placement_members` + `placement::owners`), the first
+/// `close_group_size` of them.
+#[derive(Clone, Debug)]
+pub struct PlacementDiscovery {
+    membership: SharedMembership,
+    close_group_size: usize,
+}
+
+impl PlacementDiscovery {
+    /// Placement over `membership`, answering `close_group_size` owners (use the read
+    /// config's `close_group_size`).
+    pub fn new(membership: SharedMembership, close_group_size: usize) -> Self {
+        PlacementDiscovery {
+            membership,
+            close_group_size,
+        }
+    }
+
+    /// The owners now, synchronously (what [`Discovery::lookup`] answers).
+    pub fn owners_now(&self, key: &Key) -> Vec<Candidate> {
+        let members = {
+            let m = self.membership.lock().unwrap_or_else(|e| e.into_inner());
+            placement_members(&m)
+        };
+        owners(key, &members)
+            .into_iter()
+            .take(self.close_group_size)
+            .map(|m| Candidate {
+                peer: LookupPeer::new(m.id),
+                addr: m.addr.clone(),
+            })
+            .collect()
+    }
+}
+
+impl Discovery for PlacementDiscovery {
+    fn lookup(&self, key: &Key, _path: &BlockPath) -> DiscoveryFuture {
+        let found = self.owners_now(key);
+        Box::pin(std::future::ready(found))
+    }
+}
+
+/// A discovery that always answers the same candidates (a `--peer` list, tests).
+#[derive(Clone, Debug, Default)]
+pub struct FixedDiscovery(pub Vec<Candidate>);
+
+impl Discovery for FixedDiscovery {
+    fn lookup(&self, _key: &Key, _path: &BlockPath) -> DiscoveryFuture {
+        Box::pin(std::future::ready(self.0.clone()))
+    }
+}
+
+/// The future an [`OriginFetch`] returns.
+pub type OriginFuture = Pin<Box<dyn Future<Output = OriginOutcome> + Send + 'static>>;
+
+/// The optional last resort of a read configured with `origin: true`.
+pub trait OriginFetch: Send + Sync + 'static {
+    /// The block from the origin.
+    fn fetch(&self, key: &Key, path: &BlockPath) -> OriginFuture;
+}
+
+/// Told of every GET a [`Reader`]'s reads finish: the peer asked and what it gave.
+pub type GetObserver = Arc<dyn Fn(&Peer, &Fetched) + Send + Sync>;
+
+/// One block to read.
+#[derive(Clone)]
+pub struct BlockSpec {
+    /// Its placement key (what the read machine and discovery place by).
+    pub key: Key,
+    /// Its wire path (what the GETs ask for).
+    pub path: BlockPath,
+    /// Its exact length, if known: GETs are then `get_validated`.
+    pub expected: Option<u64>,
+    /// The validator run on a body of exactly `expected` bytes.
+    pub validator: Option<Validator>,
+}
+
+impl std::fmt::Debug for BlockSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockSpec")
+            .field("key", &self.key)
+            .field("path", &self.path.to_string())
+            .field("expected", &self.expected)
+            .field("validator", &self.validator.is_some())
+            .finish()
+    }
+}
+
+/// How one read ended.
+#[derive(Clone, Debug)]
+pub struct ReadResult {
+    /// Core's outcome.
+    pub outcome: ReadOutcome,
+    /// Core's counters of the read.
+    pub stats: ReadStats,
+    /// The peer whose answer was the block (`Found` only).
+    pub served_by: Option<Peer>,
+    /// Time from the call to the outcome.
+    pub elapsed: std::time::Duration,
+}
+
+/// The name of a read outcome, as printed and counted (`peerblock_read_outcomes`):
+/// `found`, `origin`, `absent`, `busy`, `unavailable`, `cancelled`.
+pub fn outcome_name(o: &ReadOutcome) -> &'static str {
+    match o {
+        ReadOutcome::Found(_) => "found",
+        ReadOutcome::FoundAtOrigin(_) => "origin",
+        ReadOutcome::Absent => "absent",
+        ReadOutcome::Busy => "busy",
+        ReadOutcome::Unavailable => "unavailable",
+        ReadOutcome::Cancelled => "cancelled",
+    }
+}
+
+/// Messages from a read's tasks to its loop. At most [`MAX_GETS_IN_FLIGHT`] GET tasks,
+/// one lookup and one origin fetch run at once, each sending at most two messages.
+const READ_CHANNEL_BOUND: usize = 2 * MAX_GETS_IN_FLIGHT + 4;
+
+/// Addresses one read remembers: the read keeps at most [`MAX_CANDIDATES`] candidates,
+/// and a few rounds of lookups may name different ones.
+const MAX_ADDRESSES: usize = 4 * MAX_CANDIDATES;
+
+enum Msg {
+    Lookup(Vec<Candidate>),
+    Progress(GetId),
+    Get(GetId, GetOutcome),
+    Origin(OriginOutcome),
+}
+
+/// Reads blocks through core's read machine. Cheap to share (`Arc` it or clone its
+/// parts); every read draws its seed from the node seed and a read counter.
+pub struct Reader {
+    client: Client,
+    discovery: Arc<dyn Discovery>,
+    origin: Option<Arc<dyn OriginFetch>>,
+    observer: Option<GetObserver>,
+    config: ReadConfig,
+    seed: u64,
+    reads: AtomicU64,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("config", &self.config)
+            .field("origin", &self.origin.is_some())
+            .finish()
+    }
+}
+
+impl Reader {
+    /// A reader over `client` and `discovery` with `config` (validated now), its reads
+    /// seeded from `node_seed` (`child_seed(node_seed, "reads")`, then one
+    /// `indexed_seed` per read).
+    pub fn new(
+        client: Client,
+        discovery: Arc<dyn Discovery>,
+        config: ReadConfig,
+        node_seed: u64,
+    ) -> Result<Reader, ReadConfigError> {
+        config.validate()?;
+        Ok(Reader {
+            client,
+            discovery,
+            origin: None,
+            observer: None,
+            config,
+            seed: child_seed(node_seed, "reads"),
+            reads: AtomicU64::new(0),
+        })
+    }
+
+    /// The same reader with an origin fetcher (used when the config says `origin`).
+    pub fn with_origin(mut self, origin: Arc<dyn OriginFetch>) -> Self {
+        self.origin = Some(origin);
+        self
+    }
+
+    /// The same reader with an observer told of every GET its reads finish (which peer,
+    /// which outcome class, how many bytes): what a caller needs to report per peer.
+    pub fn with_observer(mut self, observer: GetObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The read configuration.
+    pub fn config(&self) -> &ReadConfig {
+        &self.config
+    }
+
+    /// The client the reader's GETs go through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Reads one block to its outcome. Dropping the future aborts the read's GETs (each
+    /// settles its ticket).
+    pub async fn read(&self, block: BlockSpec) -> ReadResult {
+        let started = std::time::Instant::now();
+        let client = &self.client;
+        let n = self.reads.fetch_add(1, Ordering::Relaxed);
+        let seed = indexed_seed(self.seed, n);
+        let mut now = client.now();
+        let mut read = Read::new(block.key, self.config.clone(), now, seed)
+            .expect("read config validated in Reader::new");
+        let (tx, mut rx) = mpsc::channel::<Msg>(READ_CHANNEL_BOUND);
+        let mut tasks = Tasks::default();
+        let mut addrs: HashMap<PeerId, String> = HashMap::new();
+        let mut getting: HashMap<GetId, Peer> = HashMap::new();
+        let mut served_by = None;
+        loop {
+            // Drain the machine, with the shared peers as its view.
+            loop {
+                let event = client.with_peers(|p| read.poll_event(now, &*p));
+                let Some(event) = event else { break };
+                match event {
+                    ReadEvent::Lookup => {
+                        let fut = self.discovery.lookup(&block.key, &block.path);
+                        let tx = tx.clone();
+                        tasks.lookup = Some(Abort(tokio::spawn(async move {
+                            let found = fut.await;
+                            let _ = tx.send(Msg::Lookup(found)).await;
+                        })));
+                    }
+                    ReadEvent::Get { id, peer } => {
+                        let Some(addr) = addrs.get(&peer) else {
+                            // The read asks only for peers a lookup named.
+                            read.handle_get(now, id, GetOutcome::Failed);
+                            continue;
+                        };
+                        let target = Peer::new(peer, addr.clone());
+                        getting.insert(id, target.clone());
+                        tasks
+                            .gets
+                            .insert(id, Abort(self.spawn_get(id, target, &block, &tx)));
+                    }
+                    ReadEvent::Cancel { id } => {
+                        tracing::trace!(?id, "read cancels a GET");
+                        getting.remove(&id);
+                        tasks.gets.remove(&id); // aborts: the request settles its ticket
+                    }
+                    ReadEvent::FetchOrigin => match &self.origin {
+                        Some(origin) => {
+                            let fut = origin.fetch(&block.key, &block.path);
+                            let tx = tx.clone();
+                            tasks.origin = Some(Abort(tokio::spawn(async move {
+                                let o = fut.await;
+                                let _ = tx.send(Msg::Origin(o)).await;
+                            })));
+                        }
+                        None => read.handle_origin(now, OriginOutcome::Failed),
+                    },
+                    ReadEvent::Done(outcome) => {
+                        drop(tasks);
+                        let stats = read.stats();
+                        client
+                            .options()
+                            .metrics
+                            .read_outcome(outcome_name(&outcome));
+                        if !matches!(outcome, ReadOutcome::Found(_)) {
+                            served_by = None;
+                        }
+                        tracing::debug!(path = %block.path, outcome = outcome_name(&outcome), ?stats, "read done");
+                        return ReadResult {
+                            outcome,
+                            stats,
+                            served_by,
+                            elapsed: started.elapsed(),
+                        };
+                    }
+                }
+            }
+            // Wait for a task's message or the machine's next deadline.
+            let deadline = read.poll_timeout().map(|d| d.at);
+            let msg = tokio::select! {
+                m = rx.recv() => m,
+                _ = sleep_to(client, deadline) => None,
+            };
+            now = client.now();
+            match msg {
+                Some(Msg::Lookup(found)) => {
+                    let peers: Vec<LookupPeer> = found.iter().map(|c| c.peer).collect();
+                    for c in found {
+                        if addrs.len() < MAX_ADDRESSES || addrs.contains_key(&c.peer.id) {
+                            addrs.insert(c.peer.id, c.addr);
+                        }
+                    }
+                    read.handle_lookup_peers(now, &peers);
+                }
+                Some(Msg::Progress(id)) => read.handle_get_progress(now, id),
+                Some(Msg::Get(id, outcome)) => {
+                    tasks.gets.remove(&id);
+                    if let (GetOutcome::Found(_), Some(p)) = (&outcome, getting.remove(&id)) {
+                        served_by = Some(p);
+                    } else {
+                        getting.remove(&id);
+                    }
+                    read.handle_get(now, id, outcome);
+                }
+                Some(Msg::Origin(o)) => read.handle_origin(now, o),
+                None => read.handle_timeout(now),
+            }
+        }
+    }
+
+    fn spawn_get(
+        &self,
+        id: GetId,
+        peer: Peer,
+        block: &BlockSpec,
+        tx: &mpsc::Sender<Msg>,
+    ) -> JoinHandle<()> {
+        let client = self.client.clone();
+        let ptx = tx.clone();
+        // Progress is a hint (repeats are harmless, a lost one only risks a hedge): never
+        // wait for room in the channel from inside the exchange.
+        let progress: Progress = Arc::new(move |_status| {
+            let _ = ptx.try_send(Msg::Progress(id));
+        });
+        let opts = GetOptions {
+            expected: block.expected,
+            validator: block.validator.clone(),
+            deadline: None,
+            progress: Some(progress),
+        };
+        let path = block.path;
+        let tx = tx.clone();
+        let observer = self.observer.clone();
+        tokio::spawn(async move {
+            let fetched = client
+                .fetch_block(&peer, BlockRequest::new(path), opts)
+                .await;
+            if let Some(observe) = &observer {
+                observe(&peer, &fetched);
+            }
+            let _ = tx.send(Msg::Get(id, fetched.get)).await;
+        })
+    }
+}
+
+/// Aborts its task when dropped.
+struct Abort(JoinHandle<()>);
+
+impl Drop for Abort {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A read's tasks: dropping it aborts them all.
+#[derive(Default)]
+struct Tasks {
+    lookup: Option<Abort>,
+    origin: Option<Abort>,
+    gets: HashMap<GetId, Abort>,
+}
+
+async fn sleep_to(client: &Client, at: Option<Instant>) {
+    match at.and_then(|a| client.options().clock.to_std(a)) {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use peerblock_tokio::node::{EXIT_FAILED, EXIT_USAGE};
+use peerblock_tokio::node::EXIT_USAGE;
 
 const BIN: &str = env!("CARGO_BIN_EXE_peerblock-node");
 
@@ -253,28 +253,6 @@ fn serve_refuses_a_bad_listen_address_and_a_bad_seed() {
         "{}",
         text(&out.stderr)
     );
-}
-
-#[test]
-fn serve_prints_the_id_derived_from_a_name_and_stops_unwired() {
-    let s = Scratch::new("id");
-    let out = run(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--id",
-        "node-a",
-        "--store",
-        &s.path("st"),
-    ]);
-    let mut h = blake3::Hasher::new();
-    h.update(b"peerblock-node-id-v1\0node-a");
-    let id = h.finalize().to_hex().to_string();
-    let err = text(&out.stderr);
-    assert!(err.contains(&id), "{err}");
-    assert!(s.0.join("st").is_dir(), "the store is created");
-    // Intermediate state of this branch: serving is not wired to the driver yet.
-    assert_eq!(out.status.code(), Some(i32::from(EXIT_FAILED)), "{err}");
 }
 
 #[test]

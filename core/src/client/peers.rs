@@ -120,14 +120,23 @@ pub struct Finished {
     pub cooldown: Option<CooldownEntry>,
     /// Whether this outcome opened the peer's circuit (for metrics and logs).
     pub circuit_opened: bool,
+    /// The exchange's ending itself, handed back so a driver can report what happened
+    /// (the failure's typed error, a roster answer) after recording it; `get` is derived
+    /// from it ([`get_outcome`]).
+    pub ending: Ending,
 }
 
 /// What the read machine learns from an exchange that ended in `ending`: the block, a
 /// miss, a refusal with its (already bounded) `Retry-After`, or a failure for everything
 /// else (an upstream refusal, a cancellation, a roster answer to a GET, every error).
 pub fn get_outcome(ending: Ending) -> GetOutcome {
+    get_outcome_of(&ending)
+}
+
+/// [`get_outcome`] of a borrowed ending (a block's bytes are shared, not copied).
+fn get_outcome_of(ending: &Ending) -> GetOutcome {
     match ending {
-        Ending::Block(bytes) => GetOutcome::Found(bytes),
+        Ending::Block(bytes) => GetOutcome::Found(bytes.clone()),
         Ending::Miss => GetOutcome::NotFound,
         Ending::Refused(refusal) => GetOutcome::Refused {
             retry_after: refusal.retry_after,
@@ -233,9 +242,10 @@ impl Peers {
         }
         let circuit_opened = self.record_breaker(now, ticket, outcome.breaker);
         Finished {
-            get: get_outcome(outcome.ending),
+            get: get_outcome_of(&outcome.ending),
             cooldown: outcome.cooldown,
             circuit_opened,
+            ending: outcome.ending,
         }
     }
 

@@ -1,0 +1,555 @@
+//! The bodies of `peerblock-node serve`, `fetch` and `get`: each wires the driver's parts
+//! (server, stores, client, reader, roster service, metrics endpoint) for one command.
+//! The plans they run are validated in [`crate::node`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use peerblock_core::client::{placement_members, BlockRequest};
+use peerblock_core::read::ReadOutcome;
+use peerblock_core::roster::{Membership, RosterMember, NO_EPOCH};
+use peerblock_core::time::Clock;
+use peerblock_core::wire::{BlockPath, ChunkKey};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::client::{Client, ClientOptions, Fetched, GetOptions, OutcomeClass, Peer, PoolConfig};
+use crate::config::NodeConfig;
+use crate::manifest::{self, Manifest};
+use crate::metrics::{serve_metrics, Metrics};
+use crate::node::{FetchPlan, GetPlan, NodeError, ServePlan};
+use crate::progress::Progress;
+use crate::reader::{outcome_name, BlockSpec, PlacementDiscovery, Reader};
+use crate::relay::RelaySource;
+use crate::roster::RosterService;
+use crate::server::{Server, ServerOptions};
+use crate::source::{BlockSource, FileStore, DEFAULT_MAX_BLOCK_SIZE};
+use crate::SharedMembership;
+
+/// How long `serve` lets in-flight responses finish after SIGINT/SIGTERM before it closes
+/// every connection: a 1 MiB block takes milliseconds on a healthy link; a client slower
+/// than this is cut (core's own send-progress deadline is 30 s).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How often `serve` looks at its roster table to print `members N` when the count
+/// changed (a log line for operators and tests, not a protocol timer).
+const MEMBERS_CHECK: Duration = Duration::from_millis(100);
+
+/// Manifest reads `fetch` tries before giving up on a manifest that fails validation (each
+/// read may land on another holder).
+const MANIFEST_ATTEMPTS: u32 = 3;
+
+/// Rosters `fetch` asks besides its seeds, to learn the cluster beyond what the seeds
+/// know (one round, bounded).
+const MAX_EXTRA_ROSTERS: usize = 32;
+
+/// The `--id` a fetch uses in its own roster table: not a placement id (not 64 hex
+/// digits), so it is never a candidate holder of anything.
+const FETCH_SELF_ID: &str = "peerblock-fetch";
+
+fn io_err(what: &'static str, path: impl ToString, source: std::io::Error) -> NodeError {
+    NodeError::Io {
+        what,
+        path: path.to_string(),
+        source,
+    }
+}
+
+/// The client of a node or a command, from its configuration.
+fn client(
+    config: &NodeConfig,
+    clock: Clock,
+    metrics: Metrics,
+    local_ip: Option<std::net::IpAddr>,
+) -> Result<Client, NodeError> {
+    let pool = config.pool();
+    let mut options = ClientOptions::new(clock, metrics);
+    options.exchange = config.client_config();
+    options.pool = PoolConfig {
+        idle_per_peer: pool.idle_per_peer,
+        idle_global: pool.idle_total,
+        idle_timeout: pool.idle_timeout,
+    };
+    options.max_conns_per_peer = pool.max_connections_per_peer;
+    options.local_ip = local_ip;
+    Client::new(options).map_err(|e| NodeError::Failed(format!("client configuration: {e}")))
+}
+
+/// A seed for a command's randomness: different per run (reads spread differently each
+/// time), derived from the process id and the wall clock, never a global RNG.
+fn run_seed(tag: &[u8]) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut h = blake3::Hasher::new();
+    h.update(tag);
+    h.update(&std::process::id().to_le_bytes());
+    h.update(&nanos.to_le_bytes());
+    u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+fn lock(m: &SharedMembership) -> std::sync::MutexGuard<'_, Membership> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// SIGINT and SIGTERM, caught from the moment this is created (so a signal that arrives
+/// right after `listening` is printed still stops the node gracefully).
+struct Stop {
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+    int: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>>,
+}
+
+impl Stop {
+    fn install() -> Stop {
+        let mut int = Box::pin(tokio::signal::ctrl_c());
+        // Poll once so the SIGINT handler is registered now, not at the first await.
+        let waker = std::task::Waker::noop();
+        let _ = int
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(waker));
+        Stop {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok(),
+            int,
+        }
+    }
+
+    async fn wait(mut self) {
+        #[cfg(unix)]
+        if let Some(term) = self.term.as_mut() {
+            tokio::select! {
+                _ = &mut self.int => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+        let _ = self.int.await;
+    }
+}
+
+/// `serve`: binds, prints `listening ADDR` on stdout, dials peers from the `--listen`
+/// address (unless it is unspecified), serves the store (relaying when
+/// `[listener] relay` is on), runs the roster service and the metrics endpoint, prints
+/// `members N` whenever the roster table's size changes, and shuts down gracefully on
+/// SIGINT/SIGTERM.
+pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
+    let clock = Clock::new(std::time::Instant::now());
+    let metrics = Metrics::new();
+    let listener = TcpListener::bind(plan.listen)
+        .await
+        .map_err(|e| io_err("cannot bind --listen", plan.listen, e))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| io_err("cannot read the bound address of", plan.listen, e))?;
+    // With port 0 the advertised address is the one the kernel chose.
+    let advertised = if plan.listen.port() == 0 {
+        bound.to_string()
+    } else {
+        plan.advertised_addr.clone()
+    };
+    let me = RosterMember {
+        id: plan.node_id.clone(),
+        addr: advertised.clone(),
+        weight: 1.0,
+    };
+    let membership: SharedMembership = Arc::new(Mutex::new(
+        Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
+            .map_err(|e| NodeError::usage("--listen", format!("advertised address: {e}")))?,
+    ));
+    let ip = plan.listen.ip();
+    let local_ip = (!ip.is_unspecified()).then_some(ip);
+    let client = client(&plan.config, clock, metrics.clone(), local_ip)?;
+    let store = FileStore::new(&plan.store, DEFAULT_MAX_BLOCK_SIZE);
+    let source: Arc<dyn BlockSource> = if plan.config.listener.relay {
+        Arc::new(RelaySource::new(store, client.clone(), None))
+    } else {
+        Arc::new(store)
+    };
+    let server_config = plan
+        .config
+        .server_config(plan.node_id.clone(), advertised.clone());
+    let mut options = ServerOptions::new(Arc::new(server_config), source, clock);
+    options.admission = plan.config.admission();
+    options.membership = Some(membership.clone());
+    options.metrics = metrics.clone();
+    let server = Server::from_listener(listener, options)
+        .map_err(|e| NodeError::Failed(format!("server: {e}")))?;
+    let handle = server.spawn();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let metrics_task = match plan.metrics {
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|e| io_err("cannot bind --metrics", addr, e))?;
+            let at = l.local_addr().map_err(|e| io_err("--metrics", addr, e))?;
+            tracing::info!("metrics at http://{at}/metrics");
+            let mut stop = stop_rx.clone();
+            let m = metrics.clone();
+            Some(tokio::spawn(async move {
+                serve_metrics(l, m, async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+            }))
+        }
+        None => None,
+    };
+    let stop = Stop::install();
+    say(&format!("listening {bound}"));
+    tracing::info!(id = %plan.node_id, %advertised, store = %plan.store.display(), "serving");
+    let refresh = plan.config.refresh_config(plan.seeds.clone());
+    let roster = RosterService::start(
+        client.clone(),
+        membership.clone(),
+        refresh,
+        run_seed(b"roster"),
+    )
+    .map_err(|e| NodeError::Failed(format!("roster service: {e}")))?;
+    let watch_members = tokio::spawn(print_members(membership.clone()));
+    stop.wait().await;
+    tracing::info!("shutting down: no new connections, in-flight responses finish");
+    watch_members.abort();
+    roster.shutdown().await;
+    handle.shutdown(SHUTDOWN_GRACE).await;
+    let _ = stop_tx.send(true);
+    if let Some(task) = metrics_task {
+        let _ = task.await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Prints a line on stdout and flushes it (stdout is a pipe under tests and scripts).
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Prints `members N` (the node itself included) at start and whenever N changes.
+async fn print_members(membership: SharedMembership) {
+    let mut last = None;
+    let mut tick = tokio::time::interval(MEMBERS_CHECK);
+    loop {
+        tick.tick().await;
+        let n = lock(&membership).len() + 1;
+        if last != Some(n) {
+            last = Some(n);
+            say(&format!("members {n}"));
+        }
+    }
+}
+
+/// What one peer gave a `fetch`, for its report.
+#[derive(Default)]
+struct PeerTally {
+    bytes: u64,
+    ok: u64,
+    invalid: u64,
+    refused: u64,
+    absent: u64,
+    failed: u64,
+}
+
+/// Learns the cluster for a fetch: the seeds' rosters, then (one round) the rosters of the
+/// members they named.
+async fn learn_cluster(client: &Client, seeds: &[String], membership: &SharedMembership) {
+    let ask = |addr: String| {
+        let client = client.clone();
+        async move {
+            let f = client.fetch_roster(&addr, None, None).await;
+            (addr, f)
+        }
+    };
+    let merge = |addr: &str, f: &Fetched| {
+        if let Some(answer) = f.roster() {
+            let responder = answer.responder.as_deref().unwrap_or(addr);
+            let report = lock(membership).merge(client.now(), responder, &answer.roster);
+            tracing::debug!(%addr, ?report, "roster merged");
+        } else {
+            tracing::warn!(%addr, outcome = f.describe(), "roster fetch failed");
+        }
+    };
+    let mut first = JoinSet::new();
+    for seed in seeds {
+        first.spawn(ask(seed.clone()));
+    }
+    while let Some(Ok((addr, f))) = first.join_next().await {
+        merge(&addr, &f);
+    }
+    let (snapshot, me) = {
+        let m = lock(membership);
+        (m.snapshot(), m.me().addr.clone())
+    };
+    let more: Vec<String> = snapshot
+        .members
+        .into_iter()
+        .map(|m| m.addr)
+        .filter(|a| !seeds.contains(a) && *a != me)
+        .take(MAX_EXTRA_ROSTERS)
+        .collect();
+    let mut second = JoinSet::new();
+    for addr in more {
+        second.spawn(ask(addr));
+    }
+    while let Some(Ok((addr, f))) = second.join_next().await {
+        merge(&addr, &f);
+    }
+}
+
+/// `fetch`: reads the manifest and every block through the read engine, validated, and
+/// writes the file. Prints one line per peer on stdout (`ADDR N bytes K blocks I invalid
+/// R refused A absent F failed`); each failed block's outcome class goes to stderr.
+pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
+    let clock = Clock::new(std::time::Instant::now());
+    let metrics = Metrics::new();
+    let client = client(&plan.config, clock, metrics, None)?;
+    let me = RosterMember {
+        id: FETCH_SELF_ID.to_owned(),
+        addr: "fetch.invalid:0".to_owned(),
+        weight: 0.0,
+    };
+    let membership: SharedMembership = Arc::new(Mutex::new(
+        Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
+            .map_err(|e| NodeError::Failed(format!("roster table: {e}")))?,
+    ));
+    learn_cluster(&client, &plan.seeds, &membership).await;
+    let known = lock(&membership).len();
+    if known == 0 {
+        return Err(NodeError::Failed(format!(
+            "unavailable: no seed answered with a roster ({})",
+            plan.seeds.join(", ")
+        )));
+    }
+    tracing::info!(members = known, "cluster learned");
+    let mut read_config = plan.config.read_config();
+    // A cluster smaller than the configured close group has every placeable member in
+    // it: a block's close group is the whole cluster, so the read can conclude Absent
+    // once they all said 404 (it never can with a close group larger than the cluster).
+    let placeable = placement_members(&lock(&membership)).len();
+    read_config.close_group_size = read_config.close_group_size.min(placeable.max(1));
+    let discovery = Arc::new(PlacementDiscovery::new(
+        membership.clone(),
+        read_config.close_group_size,
+    ));
+    let tally: Arc<Mutex<BTreeMap<String, PeerTally>>> = Arc::default();
+    let observer_tally = tally.clone();
+    let reader = Reader::new(client, discovery, read_config, run_seed(b"fetch"))
+        .map_err(|e| NodeError::Failed(format!("read configuration: {e}")))?
+        .with_observer(Arc::new(move |peer: &Peer, f: &Fetched| {
+            let mut t = observer_tally.lock().unwrap_or_else(|e| e.into_inner());
+            let e = t.entry(peer.addr.clone()).or_default();
+            match f.class {
+                OutcomeClass::Ok => {
+                    e.ok += 1;
+                    e.bytes += f.bytes().map_or(0, |b| b.len() as u64);
+                }
+                OutcomeClass::Invalid => e.invalid += 1,
+                OutcomeClass::Busy => e.refused += 1,
+                OutcomeClass::Absent => e.absent += 1,
+                OutcomeClass::Unavailable => e.failed += 1,
+                OutcomeClass::Cancelled => {}
+            }
+        }));
+    let reader = Arc::new(reader);
+    let manifest = Arc::new(read_manifest(&reader, &plan.chunk).await?);
+    let result = read_blocks(&reader, &plan, manifest.clone()).await;
+    print_tally(&tally);
+    result
+}
+
+async fn read_manifest(reader: &Reader, chunk: &ChunkKey) -> Result<Manifest, NodeError> {
+    for attempt in 1..=MANIFEST_ATTEMPTS {
+        let spec = BlockSpec {
+            key: manifest::block_key(chunk, 0),
+            path: BlockPath {
+                key: *chunk,
+                index: 0,
+            },
+            expected: None,
+            validator: None,
+        };
+        let r = reader.read(spec).await;
+        let bytes = match &r.outcome {
+            ReadOutcome::Found(b) | ReadOutcome::FoundAtOrigin(b) => b.clone(),
+            other => {
+                return Err(NodeError::Failed(format!(
+                    "manifest of {chunk}: {}",
+                    outcome_name(other)
+                )))
+            }
+        };
+        if !manifest::verify_manifest(chunk, &bytes) {
+            let from = r.served_by.map(|p| p.addr).unwrap_or_default();
+            tracing::warn!(%from, attempt, "the manifest failed validation against the chunk key");
+            continue;
+        }
+        return Manifest::parse(&bytes)
+            .map_err(|e| NodeError::Failed(format!("manifest of {chunk}: {e}")));
+    }
+    Err(NodeError::Failed(format!(
+        "manifest of {chunk}: invalid ({MANIFEST_ATTEMPTS} copies failed validation)"
+    )))
+}
+
+async fn read_blocks(
+    reader: &Arc<Reader>,
+    plan: &FetchPlan,
+    manifest: Arc<Manifest>,
+) -> Result<(), NodeError> {
+    let part = plan.output.with_extension("part");
+    let file =
+        std::fs::File::create(&part).map_err(|e| io_err("cannot create", part.display(), e))?;
+    file.set_len(manifest.size)
+        .map_err(|e| io_err("cannot size", part.display(), e))?;
+    let file = Arc::new(file);
+    let mut progress = Progress::new(format!("fetch {}", plan.chunk), manifest.size);
+    let mut failed: Vec<(u64, &'static str)> = Vec::new();
+    let mut tasks = JoinSet::new();
+    let mut next = 1u64;
+    let blocks = manifest.blocks();
+    let mut write_error = None;
+    loop {
+        while tasks.len() < plan.parallel && next <= blocks {
+            let index = next;
+            next += 1;
+            let (reader, manifest, file) = (reader.clone(), manifest.clone(), file.clone());
+            let chunk = plan.chunk;
+            tasks.spawn(async move {
+                let expected = manifest.block_len(index);
+                let check = manifest.clone();
+                let spec = BlockSpec {
+                    key: manifest::block_key(&chunk, index),
+                    path: BlockPath { key: chunk, index },
+                    expected,
+                    validator: Some(Arc::new(move |b| check.verify_block(index, b))),
+                };
+                let r = reader.read(spec).await;
+                let written = match &r.outcome {
+                    ReadOutcome::Found(b) | ReadOutcome::FoundAtOrigin(b) => {
+                        let (b, file) = (b.clone(), file.clone());
+                        let offset = (index - 1) * manifest.block_size;
+                        let w = tokio::task::spawn_blocking(move || {
+                            use std::os::unix::fs::FileExt;
+                            file.write_all_at(&b, offset).map(|()| b.len() as u64)
+                        })
+                        .await;
+                        Some(w.unwrap_or_else(|e| Err(std::io::Error::other(e))))
+                    }
+                    _ => None,
+                };
+                (index, outcome_name(&r.outcome), written)
+            });
+        }
+        let Some(joined) = tasks.join_next().await else {
+            break;
+        };
+        let (index, outcome, written) =
+            joined.map_err(|e| NodeError::Failed(format!("a block read task failed: {e}")))?;
+        match written {
+            Some(Ok(n)) => progress.inc(n),
+            Some(Err(e)) => {
+                write_error.get_or_insert(e);
+            }
+            None => failed.push((index, outcome)),
+        }
+    }
+    progress.finish();
+    if let Some(e) = write_error {
+        let _ = std::fs::remove_file(&part);
+        return Err(io_err("cannot write", part.display(), e));
+    }
+    if !failed.is_empty() {
+        let _ = std::fs::remove_file(&part);
+        failed.sort_unstable();
+        for (index, outcome) in &failed {
+            eprintln!("block {index}: {outcome}");
+        }
+        let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, o) in &failed {
+            *classes.entry(o).or_default() += 1;
+        }
+        let summary: Vec<String> = classes.iter().map(|(o, n)| format!("{n} {o}")).collect();
+        return Err(NodeError::Failed(format!(
+            "{} of {blocks} blocks not read: {}",
+            failed.len(),
+            summary.join(", ")
+        )));
+    }
+    file.sync_all()
+        .map_err(|e| io_err("cannot sync", part.display(), e))?;
+    std::fs::rename(&part, &plan.output)
+        .map_err(|e| io_err("cannot rename into place", plan.output.display(), e))?;
+    eprintln!(
+        "fetched {} bytes in {blocks} blocks to {}",
+        manifest.size,
+        plan.output.display()
+    );
+    Ok(())
+}
+
+fn print_tally(tally: &Mutex<BTreeMap<String, PeerTally>>) {
+    let t = tally.lock().unwrap_or_else(|e| e.into_inner());
+    for (addr, p) in t.iter() {
+        say(&format!(
+            "{addr} {} bytes {} blocks {} invalid {} refused {} absent {} failed",
+            p.bytes, p.ok, p.invalid, p.refused, p.absent, p.failed
+        ));
+    }
+}
+
+/// `get`: one exchange for one block; the body to the output (or stdout), the outcome
+/// class on failure.
+pub async fn get(plan: GetPlan) -> Result<(), NodeError> {
+    let clock = Clock::new(std::time::Instant::now());
+    let client = client(&plan.config, clock, Metrics::new(), None)?;
+    let peer = Peer::from_addr(plan.peer.clone());
+    let block = BlockRequest {
+        path: BlockPath {
+            key: plan.chunk,
+            index: plan.index,
+        },
+        origin: plan.origin.as_deref(),
+        hop: peerblock_core::wire::Hop(plan.hop),
+    };
+    let options = GetOptions {
+        expected: plan.expected,
+        ..GetOptions::default()
+    };
+    let fetched = client.fetch_block(&peer, block, options).await;
+    let Some(bytes) = fetched.bytes() else {
+        return Err(NodeError::Failed(format!(
+            "{} block {}/{}: {}",
+            plan.peer,
+            plan.chunk,
+            plan.index,
+            fetched.describe()
+        )));
+    };
+    match &plan.output {
+        Some(path) => write_file(path, bytes)?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(bytes)
+                .and_then(|()| out.flush())
+                .map_err(|e| io_err("cannot write", "stdout", e))?;
+        }
+    }
+    eprintln!(
+        "{} bytes from {} in {:.1} ms",
+        bytes.len(),
+        plan.peer,
+        fetched.elapsed.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), NodeError> {
+    std::fs::write(path, bytes).map_err(|e| io_err("cannot write", path.display(), e))
+}

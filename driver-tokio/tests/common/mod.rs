@@ -1,0 +1,3 @@
+//! Helpers shared by the end-to-end tests (each test file includes what it uses).
+
+pub mod procs;

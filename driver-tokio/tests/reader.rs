@@ -1,0 +1,179 @@
+//! The reader (core's `Read` over the tokio client) against canned loopback holders: one
+//! rule per test.
+
+#[path = "common/canned.rs"]
+mod canned;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration as StdDuration;
+
+use canned::Reply;
+use peerblock_core::placement::{Key, PeerId};
+use peerblock_core::read::{LookupPeer, ReadConfig, ReadOutcome};
+use peerblock_core::roster::{Membership, RosterMember};
+use peerblock_core::time::Clock;
+use peerblock_tokio::client::{Client, ClientOptions, Peer};
+use peerblock_tokio::metrics::Metrics;
+use peerblock_tokio::reader::{BlockSpec, Candidate, FixedDiscovery, PlacementDiscovery, Reader};
+
+const BOUND: StdDuration = StdDuration::from_secs(20);
+
+fn client() -> Client {
+    Client::new(ClientOptions::new(
+        Clock::new(std::time::Instant::now()),
+        Metrics::new(),
+    ))
+    .unwrap()
+}
+
+fn spec(body: &[u8]) -> BlockSpec {
+    let expected = body.to_vec();
+    BlockSpec {
+        key: Key([0x11; 32]),
+        path: canned::block_path(0x11, 0),
+        expected: Some(body.len() as u64),
+        validator: Some(Arc::new(move |b| b.as_ref() == &expected[..])),
+    }
+}
+
+fn fixed(addrs: &[&str]) -> Arc<FixedDiscovery> {
+    Arc::new(FixedDiscovery(
+        addrs
+            .iter()
+            .map(|a| {
+                let p = Peer::from_addr(*a);
+                Candidate {
+                    peer: LookupPeer::new(p.id),
+                    addr: p.addr,
+                }
+            })
+            .collect(),
+    ))
+}
+
+#[tokio::test]
+async fn a_read_whose_only_holder_refuses_once_completes_after_the_cooldown() {
+    tokio::time::timeout(BOUND, async {
+        let server = canned::serve(|_, r, _| match r {
+            0 => Reply::BytesThenClose(canned::refusal(1)),
+            _ => Reply::Bytes(canned::ok(b"the block")),
+        })
+        .await;
+        let reader =
+            Reader::new(client(), fixed(&[&server.addr]), ReadConfig::default(), 7).unwrap();
+        let got = reader.read(spec(b"the block")).await;
+        println!(
+            "refused once, then: {:?} after {:?} ({:?})",
+            got.outcome, got.elapsed, got.stats
+        );
+        assert_eq!(
+            got.outcome,
+            ReadOutcome::Found(b"the block".as_ref().into())
+        );
+        assert!(got.stats.refusal_waits >= 1, "{:?}", got.stats);
+        assert!(
+            got.elapsed >= StdDuration::from_millis(900),
+            "waited out the 1 s Retry-After"
+        );
+        assert_eq!(got.served_by.unwrap().addr, server.addr);
+        assert_eq!(server.stats.accepts(), 2);
+    })
+    .await
+    .expect("test bound");
+}
+
+#[tokio::test]
+async fn a_read_whose_holders_always_refuse_ends_busy_never_absent() {
+    tokio::time::timeout(BOUND, async {
+        let a = canned::serve(|_, _, _| Reply::BytesThenClose(canned::refusal(1))).await;
+        let b = canned::serve(|_, _, _| Reply::BytesThenClose(canned::refusal(1))).await;
+        let config = ReadConfig {
+            max_refusal_waits: 1,
+            ..ReadConfig::default()
+        };
+        let reader = Reader::new(client(), fixed(&[&a.addr, &b.addr]), config, 7).unwrap();
+        let got = reader.read(spec(b"the block")).await;
+        println!(
+            "always refused: {:?} after {:?} ({:?})",
+            got.outcome, got.elapsed, got.stats
+        );
+        assert_eq!(got.outcome, ReadOutcome::Busy);
+        assert!(got.served_by.is_none());
+    })
+    .await
+    .expect("test bound");
+}
+
+#[tokio::test]
+async fn a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one() {
+    tokio::time::timeout(BOUND, async {
+        let live = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"live block"))).await;
+        let dead = canned::closed_port().await;
+        // Placement over a roster: the node itself (an id that is not a placement id, so
+        // it holds nothing) and two members with placement ids.
+        let me = RosterMember {
+            id: "reader".into(),
+            addr: "127.0.0.1:9".into(),
+            weight: 1.0,
+        };
+        let mut m = Membership::new(me, 1, 16).unwrap();
+        let c = client();
+        let dead_id = PeerId::from_u64(1);
+        let live_id = PeerId::from_u64(2);
+        m.learn(c.now(), &dead_id.to_hex(), &dead).unwrap();
+        m.learn(c.now(), &live_id.to_hex(), &live.addr).unwrap();
+        let membership = Arc::new(Mutex::new(m));
+        let discovery = Arc::new(PlacementDiscovery::new(membership, 7));
+        assert_eq!(discovery.owners_now(&Key([0x11; 32])).len(), 2);
+        let reader = Reader::new(c.clone(), discovery, ReadConfig::default(), 99).unwrap();
+        // Read until a read has asked the dead holder first (its uniform first choice is
+        // a coin flip per read; after its one failure the breaker routes around it).
+        let mut tried_dead = 0;
+        for _ in 0..40 {
+            let got = reader.read(spec(b"live block")).await;
+            assert_eq!(
+                got.outcome,
+                ReadOutcome::Found(b"live block".as_ref().into())
+            );
+            let by = got.served_by.unwrap();
+            assert_eq!((by.id, by.addr.as_str()), (live_id, live.addr.as_str()));
+            if got.stats.gets > 1 {
+                tried_dead += 1;
+                println!(
+                    "read asking the dead holder first: {:?} after {:?}",
+                    got.stats, got.elapsed
+                );
+                break;
+            }
+        }
+        assert_eq!(
+            tried_dead, 1,
+            "some read asked the dead holder and went on to the live one"
+        );
+        let now = c.now();
+        use peerblock_core::read::PeerView;
+        assert!(
+            !c.with_peers(|p| p.eligible(now, &dead_id)),
+            "the dead holder is routed around"
+        );
+    })
+    .await
+    .expect("test bound");
+}
+
+#[test]
+fn reads_can_be_spawned() {
+    fn assert_send<T: Send>(_: &T) {}
+    let reader = Reader::new(client(), fixed(&[]), ReadConfig::default(), 1).unwrap();
+    assert_send(&reader.read(spec(b"x")));
+}
+
+#[test]
+fn a_bad_read_config_is_refused_at_construction() {
+    let config = ReadConfig {
+        close_group_size: 0,
+        ..ReadConfig::default()
+    };
+    let err = Reader::new(client(), fixed(&[]), config, 1).unwrap_err();
+    assert!(err.to_string().contains("close_group_size"), "{err}");
+}

@@ -1,0 +1,72 @@
+//! The roster service (core's `roster::Refresh` on a task) against a canned roster server.
+
+#[path = "common/canned.rs"]
+mod canned;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration as StdDuration;
+
+use canned::Reply;
+use peerblock_core::roster::{Membership, RefreshConfig, RosterMember};
+use peerblock_core::time::{Clock, Duration};
+use peerblock_tokio::client::{Client, ClientOptions};
+use peerblock_tokio::metrics::Metrics;
+use peerblock_tokio::roster::RosterService;
+
+#[tokio::test]
+async fn the_roster_service_learns_members_and_identifies_itself() {
+    tokio::time::timeout(StdDuration::from_secs(20), async {
+        let body = br#"{"epoch":"5","members":[{"id":"n2","addr":"10.0.0.2:7070","weight":1.0},{"id":"n3","addr":"10.0.0.3:7070","weight":2.0}]}"#;
+        let server = canned::serve(move |_, _, _| {
+            let mut v = format!(
+                "HTTP/1.1 200 OK\r\nX-DART-Node: n2\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            v.extend_from_slice(body);
+            Reply::Bytes(v)
+        })
+        .await;
+        let metrics = Metrics::new();
+        let client = Client::new(ClientOptions::new(
+            Clock::new(std::time::Instant::now()),
+            metrics.clone(),
+        ))
+        .unwrap();
+        let me = RosterMember {
+            id: "n1".into(),
+            addr: "127.0.0.1:7171".into(),
+            weight: 1.0,
+        };
+        let membership = Arc::new(Mutex::new(Membership::new(me, 0, 64).unwrap()));
+        let config = RefreshConfig {
+            seeds: vec![server.addr.clone()],
+            interval: Duration::from_secs(60),
+            jitter: Duration::from_secs(1),
+            ..RefreshConfig::default()
+        };
+        let service = RosterService::start(client, Arc::clone(&membership), config, 3).unwrap();
+        // Wait (bounded by the test's timeout) for the first round's answer to be merged.
+        loop {
+            if membership.lock().unwrap().addr("n3").is_some() {
+                break;
+            }
+            tokio::time::sleep(StdDuration::from_millis(5)).await;
+        }
+        {
+            let m = membership.lock().unwrap();
+            assert_eq!(m.addr("n3"), Some("10.0.0.3:7070"));
+            assert!(m.addr("n2").is_some());
+            assert_eq!(m.epoch(), 5);
+        }
+        let heads = server.stats.heads();
+        let head = heads[0].to_ascii_lowercase();
+        assert!(head.starts_with("get /peer/v1/roster http/1.1\r\n"), "{head}");
+        assert!(head.contains("x-dart-node: n1\r\n"), "{head}");
+        assert!(head.contains("x-dart-peer-addr: 127.0.0.1:7171\r\n"), "{head}");
+        assert!(metrics.render().contains("peerblock_roster_members 2"), "{}", metrics.render());
+        service.shutdown().await;
+    })
+    .await
+    .expect("test bound");
+}
