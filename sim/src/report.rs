@@ -204,11 +204,18 @@ pub fn comparison(rows: &[(Scenario, RunResult)]) -> String {
 }
 
 /// Re-runs the scenario under each spreading policy (same seed and faults) for the
-/// comparison plots.
-pub fn policy_variants(s: &Scenario, seed: u64, extra: &[Fault]) -> Vec<(SpreadPolicy, Metrics)> {
+/// comparison plots, with progress on stderr unless `quiet`.
+pub fn policy_variants(
+    s: &Scenario,
+    seed: u64,
+    extra: &[Fault],
+    quiet: bool,
+) -> Vec<(SpreadPolicy, Metrics)> {
+    let mut steps = crate::progress::Steps::new("report", SpreadPolicy::ALL.len() as u64, quiet);
     SpreadPolicy::ALL
         .iter()
         .map(|&p| {
+            steps.begin(&format!("re-running with spread = \"{p}\" for the plots"));
             let mut v = s.clone();
             v.client.spread = p;
             let r = world::run(
@@ -219,6 +226,7 @@ pub fn policy_variants(s: &Scenario, seed: u64, extra: &[Fault]) -> Vec<(SpreadP
                     ..RunOptions::default()
                 },
             );
+            steps.end();
             (p, r.metrics)
         })
         .collect()

@@ -6,9 +6,10 @@
 
 use peerblock_core::rng::child_seed;
 
-use crate::cli::{self, Args};
+use crate::cli::{self, Args, Outputs};
 use crate::faults;
 use crate::metrics::Metrics;
+use crate::progress::Steps;
 use crate::scenario::{Fault, Scenario};
 use crate::world::{self, RunOptions};
 
@@ -67,16 +68,20 @@ pub fn describe(f: &Fault) -> String {
 }
 
 /// Runs the sweep; returns the exit status (1 if any seed broke an invariant).
-pub fn main(s: &Scenario, args: &Args, a: u64, b: u64) -> i32 {
+pub fn main(s: &Scenario, args: &Args, a: u64, b: u64, outputs: Outputs) -> i32 {
     let single = b - a == 1;
+    let mut outputs = Some(outputs);
     let mut failed = Vec::new();
     println!("sweep {} seeds {a}..{b}", s.name);
+    let mut steps = Steps::new("seed", b - a, args.quiet || single);
     for seed in a..b {
         let extra = faults_for(s, seed);
         let listed: Vec<String> = extra.iter().map(describe).collect();
         println!("seed {seed}: faults [{}]", listed.join(", "));
+        steps.begin(&format!("seed {seed}"));
         let result = if single {
-            match cli::run_once(s, args, seed, extra) {
+            let outputs = outputs.take().unwrap_or_default();
+            match cli::run_once(s, &[], args, seed, extra, outputs) {
                 Ok(r) => r,
                 Err(code) => return code,
             }
@@ -90,6 +95,8 @@ pub fn main(s: &Scenario, args: &Args, a: u64, b: u64) -> i32 {
                 },
             )
         };
+        // A redrawn progress line is cleared before the seed's result is printed.
+        steps.finish();
         let m = &result.metrics;
         let bad = violations(m);
         let sum = &result.summary;
@@ -111,7 +118,9 @@ pub fn main(s: &Scenario, args: &Args, a: u64, b: u64) -> i32 {
         if !bad.is_empty() {
             failed.push(seed);
         }
+        steps.end();
     }
+    steps.finish();
     println!("{} seeds, {} failed", b - a, failed.len());
     for seed in &failed {
         println!(
