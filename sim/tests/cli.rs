@@ -90,6 +90,18 @@ fn json_trace_and_report_are_written() {
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert_eq!(html.matches("<svg").count(), 4, "four plots");
+    // Each plot has its legend outside the drawing (HTML, never over the data) and a
+    // caption saying what to look at.
+    assert_eq!(
+        html.matches("<div class=\"legend\">").count(),
+        4,
+        "four legends"
+    );
+    assert_eq!(html.matches("<figcaption>").count(), 4, "four captions");
+    assert!(
+        html.contains("fault event"),
+        "the dead holder's crash is marked"
+    );
 }
 
 #[test]
@@ -106,4 +118,40 @@ fn a_sweep_reports_failing_seeds_with_a_replay_command() {
         "{out}"
     );
     assert!(out.contains("--seeds 1..=1"), "{out}");
+}
+
+#[test]
+fn a_sweep_shows_seed_k_of_n_with_an_eta_on_stderr() {
+    let (code, _, err) = sim(&[&scenario("fault-dead-holder.toml"), "--seeds", "1..4"]);
+    assert_eq!(code, 0, "{err}");
+    for k in 1..=3 {
+        assert!(err.contains(&format!("seed {k}/3: seed {k}")), "{err}");
+    }
+    assert!(err.contains("ETA"), "{err}");
+    let (_, _, quiet) = sim(&[
+        &scenario("fault-dead-holder.toml"),
+        "--seeds",
+        "1..3",
+        "--quiet",
+    ]);
+    assert!(!quiet.contains("seed 1/2"), "{quiet}");
+}
+
+#[test]
+fn the_compare_arms_and_the_report_re_runs_show_progress() {
+    let arm = scenario("fault-dead-holder.toml");
+    let p = temp("compare-progress.toml");
+    std::fs::write(&p, format!("compare = [{arm:?}, {arm:?}]\n")).unwrap();
+    let report = temp("compare-progress.html");
+    let (code, _, err) = sim(&[p.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("compare 1/2: arm fault-dead-holder"), "{err}");
+    assert!(
+        err.contains("compare 2/2: arm fault-dead-holder (ETA"),
+        "{err}"
+    );
+    assert!(
+        err.contains("report 3/3: re-running with spread = \"load-aware\""),
+        "{err}"
+    );
 }
