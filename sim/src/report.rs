@@ -209,12 +209,30 @@ pub fn explanations(s: &Scenario, m: &Metrics) -> Vec<String> {
     v
 }
 
-/// The side-by-side table of several arms run with the same seed.
+/// `61–66%`, or `100%` for a one-point range.
+fn range_pct([lo, hi]: [f64; 2]) -> String {
+    if lo == hi {
+        format!("{lo:.0}%")
+    } else {
+        format!("{lo:.0}–{hi:.0}%")
+    }
+}
+
+/// Our figure (a fraction) as a percentage, with `!` appended when a reference range is
+/// given and the figure (rounded as printed) falls outside it.
+pub fn checked_pct(x: f64, range: Option<[f64; 2]>) -> String {
+    let shown = (x * 1000.0).round() / 10.0;
+    let out = range.is_some_and(|[lo, hi]| shown < lo || shown > hi);
+    format!("{}{}", pct(x), if out { "!" } else { "" })
+}
+
+/// The side-by-side table of several arms run with the same seed, with the reference's
+/// figures per arm and our figures outside them marked.
 pub fn comparison(rows: &[(Scenario, RunResult)]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>10}",
+        "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>10}   reference: done, /round",
         "arm (same seed)",
         "downloads",
         "done",
@@ -224,35 +242,51 @@ pub fn comparison(rows: &[(Scenario, RunResult)]) -> String {
         "false NF",
         "busiest",
         "/round",
-        "dl p50"
+        "dl p50",
     );
     for (s, r) in rows {
         let sum = &r.summary;
+        let rf = &s.reference;
+        let reference = match (rf.completed_pct, rf.busiest_pct) {
+            (None, None) => "–".to_string(),
+            (c, b) => format!(
+                "{}, {}",
+                c.map_or("–".into(), range_pct),
+                b.map_or("–".into(), range_pct)
+            ),
+        };
         let _ = writeln!(
             o,
-            "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>10}",
+            "  {:<36} {:>11} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>10}   {}",
             s.name,
             format!("{}/{}", sum.downloads.completed, sum.downloads.started),
-            pct(sum.downloads.completed as f64 / sum.downloads.started.max(1) as f64),
+            checked_pct(
+                sum.downloads.completed as f64 / sum.downloads.started.max(1) as f64,
+                rf.completed_pct
+            ),
             sum.reads.absent,
             sum.reads.busy,
             sum.reads.unavailable,
             sum.reads.false_not_found,
             pct(sum.first_read_share.mean_top),
-            pct(sum.first_read_share.round_mean_top),
+            checked_pct(sum.first_read_share.round_mean_top, rf.busiest_pct),
             if sum.downloads.completed == 0 {
                 "n/a".to_string()
             } else {
                 format!("{:.1}s", sum.download_ms.p50 / 1e3)
-            }
+            },
+            reference
         );
     }
-    let _ = writeln!(
-        o,
-        "  (absent/busy/unavail count block reads; false NF = reads of stored blocks the client told its user \"not found\";\n   busiest = mean over blocks of the busiest holder's share of first reads; /round = the same per round)"
-    );
+    o.push_str(FOOTNOTE);
     o
 }
+
+/// What the comparison table's columns mean, printed under it.
+pub const FOOTNOTE: &str = "  (absent/busy/unavail count block reads; false NF = reads of stored blocks the client told its user \"not found\";
+   busiest = mean over blocks of the busiest holder's share of first reads; /round = the same per round of readers;
+   reference = the reference's measured range for done and /round (\"–\": none); ! = our figure is outside it)
+";
 
 /// Re-runs the scenario under each spreading policy (same seed and faults) for the
 /// comparison plots, with progress on stderr unless `quiet`.
@@ -745,6 +779,17 @@ mod tests {
             secs(&p, 1),
             "p50 2.00 s, p95 2.00 s, p99 2.00 s, max 2.00 s"
         );
+    }
+
+    #[test]
+    fn a_figure_outside_the_reference_range_is_marked() {
+        assert_eq!(checked_pct(0.539, Some([61.0, 66.0])), "53.9%!");
+        assert_eq!(checked_pct(0.635, Some([61.0, 66.0])), "63.5%");
+        // Rounded as printed: 66.04 % shows as 66.0 %, inside.
+        assert_eq!(checked_pct(0.6604, Some([61.0, 66.0])), "66.0%");
+        assert_eq!(checked_pct(0.968, None), "96.8%");
+        assert_eq!(range_pct([100.0, 100.0]), "100%");
+        assert_eq!(range_pct([18.0, 21.0]), "18–21%");
     }
 
     #[test]

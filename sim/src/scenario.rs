@@ -630,6 +630,13 @@ pub struct Reference {
     pub busiest_share: String,
     /// Anything else worth printing.
     pub note: String,
+    /// The reference's completed downloads as a range, percent `[low, high]`: printed in
+    /// the comparison table's "reference" column, and our figure is marked `!` when
+    /// outside it. Absent: no figure to check (an arm the reference never ran).
+    pub completed_pct: Option<[f64; 2]>,
+    /// The reference's busiest-holder share of first reads, percent `[low, high]`, checked
+    /// against our per-round figure (the testnet measured one round of browsers at a time).
+    pub busiest_pct: Option<[f64; 2]>,
 }
 
 impl Scenario {
@@ -1015,6 +1022,15 @@ impl Scenario {
             ("sweep.slow", s.slow),
         ] {
             int(key, v, 0, MAX_SWEEP_FAULTS, "faults drawn per seed")?;
+        }
+        for (key, range) in [
+            ("reference.completed_pct", self.reference.completed_pct),
+            ("reference.busiest_pct", self.reference.busiest_pct),
+        ] {
+            if let Some([lo, hi]) = range {
+                real(key, lo, 0.0, 100.0, "percent (low)")?;
+                real(key, hi, lo, 100.0, "percent (high, at least low)")?;
+            }
         }
         real("sweep.window_secs", s.window_secs, 0.0, MAX_SECS, "seconds")?;
         real(

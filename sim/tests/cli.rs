@@ -155,3 +155,25 @@ fn the_compare_arms_and_the_report_re_runs_show_progress() {
         "{err}"
     );
 }
+
+#[test]
+fn a_sweep_warns_about_seeds_whose_blocks_all_sit_behind_nat() {
+    // 8 of 10 nodes behind NAT and two holders per block: most seeds leave some block
+    // with both holders NAT'd, which no reader can fetch.
+    let p = temp("nat-heavy.toml");
+    std::fs::write(
+        &p,
+        "[cluster]\nnodes = 10\nnat_nodes = 8\nclose_group = 2\n\n[client]\nlookup_peers = 10\n\n\
+         [readers]\ncount = 4\n\n[sweep]\ncrashes = 0\nsilent = 0\npartitions = 0\nslow = 0\n",
+    )
+    .unwrap();
+    let (code, out, err) = sim(&[p.to_str().unwrap(), "--seeds", "1..4", "--quiet"]);
+    assert_eq!(code, 0, "no invariant is broken: {out}{err}");
+    assert!(!out.contains(": ok  "), "no seed passes as plain ok: {out}");
+    assert_eq!(out.matches(": warn ").count(), 3, "{out}");
+    assert!(out.contains("have every holder behind NAT"), "{out}");
+    assert!(
+        out.contains("warning: 3 seed(s) with downloads that cannot complete"),
+        "{out}"
+    );
+}

@@ -319,15 +319,7 @@ impl<'s> World<'s> {
             child_seed(seed, "node-ids"),
             child_seed(seed, "block-keys"),
         );
-        // NAT nodes: a seeded partial Fisher-Yates pick.
-        let mut nat = vec![false; nodes_n as usize];
-        let mut idx: Vec<u32> = (0..nodes_n).collect();
-        let mut rng = seeded(child_seed(seed, "nat"));
-        for i in 0..s.cluster.nat_nodes as usize {
-            let j = i + (rng.next_u64() % (idx.len() - i) as u64) as usize;
-            idx.swap(i, j);
-            nat[idx[i] as usize] = true;
-        }
+        let nat = nat_nodes(s, seed);
         let rate = s.cluster.upload_mbps * 1e6 / 8.0;
         let cap = match s.network.transfer_mbps {
             x if x > 0.0 => x * 1e6 / 8.0,
@@ -577,6 +569,33 @@ impl<'s> World<'s> {
         }
         self.reschedule_uplink(n);
     }
+}
+
+/// Which nodes sit behind NAT under `seed`: a seeded partial Fisher-Yates pick of
+/// `cluster.nat_nodes` of them.
+pub fn nat_nodes(s: &Scenario, seed: u64) -> Vec<bool> {
+    let nodes_n = s.cluster.nodes;
+    let mut nat = vec![false; nodes_n as usize];
+    let mut idx: Vec<u32> = (0..nodes_n).collect();
+    let mut rng = seeded(child_seed(seed, "nat"));
+    for i in 0..s.cluster.nat_nodes as usize {
+        let j = i + (rng.next_u64() % (idx.len() - i) as u64) as usize;
+        idx.swap(i, j);
+        nat[idx[i] as usize] = true;
+    }
+    nat
+}
+
+/// Blocks every one of whose holders is behind NAT under `seed`: no reader can fetch them,
+/// so the downloads that need them cannot complete, by the model and not by a bug.
+pub fn unreachable_blocks(s: &Scenario, seed: u64, holders: &[Vec<u32>]) -> Vec<u32> {
+    let nat = nat_nodes(s, seed);
+    holders
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| !h.is_empty() && h.iter().all(|&n| nat[n as usize]))
+        .map(|(b, _)| b as u32)
+        .collect()
 }
 
 /// Runs `s` once with `opts`; the summary's `wall_seconds` is measured here.
