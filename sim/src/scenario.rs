@@ -124,6 +124,11 @@ pub struct Cluster {
     pub upload_mbps: f64,
     /// Holders per block: the block's XOR close group.
     pub close_group: u32,
+    /// Seed of the placement (node ids, block keys, which nodes sit behind NAT). Unset:
+    /// the run seed, so every seed is another cluster and another file. Set: every seed
+    /// replays the same cluster and file, as repeated runs on one testnet do, and only the
+    /// timing (latencies, start offsets, reads' choices) varies.
+    pub placement_seed: Option<u64>,
 }
 
 impl Default for Cluster {
@@ -133,6 +138,7 @@ impl Default for Cluster {
             nat_nodes: 0,
             upload_mbps: 100.0,
             close_group: 7,
+            placement_seed: None,
         }
     }
 }
@@ -458,6 +464,24 @@ pub struct Client {
     /// compare those (`Read::handle_lookup_peers`). NAT'd, partitioned, crashed and
     /// silent nodes report nothing. `false`: plain lookups.
     pub lookup_load_hints: bool,
+    /// What a lookup knows: `"oracle"` (every lookup returns the true nearest nodes to
+    /// the key, identical for every reader) or `"kademlia"` (per-reader and per-node
+    /// routing tables with at most `bucket_size` nodes per bucket, walked for
+    /// `lookup_rtts` rounds; see `model::routing`).
+    pub routing: RoutingModel,
+    /// Kademlia bucket size for `routing = "kademlia"` (nodes kept per bucket, and the
+    /// most nodes a queried node returns).
+    pub bucket_size: u32,
+}
+
+/// `client.routing`: how lookups learn of nodes.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoutingModel {
+    /// Every lookup returns the true nearest nodes.
+    Oracle,
+    /// Per-reader and per-node Kademlia routing tables (`model::routing`).
+    Kademlia,
 }
 
 impl Default for Client {
@@ -481,6 +505,8 @@ impl Default for Client {
             lookup_miss: 0.0,
             max_plain_retries: 1,
             lookup_load_hints: false,
+            routing: RoutingModel::Oracle,
+            bucket_size: 20,
         }
     }
 }
@@ -1066,7 +1092,15 @@ impl Scenario {
             0.0
         };
         let kept = nodes.min(KEPT_PER_BLOCK as f64);
-        let memory = vec![
+        let kademlia = self.client.routing == RoutingModel::Kademlia;
+        // A routing table holds at most bucket_size nodes per non-empty bucket (about
+        // log2(nodes) + 1 of them).
+        let table = if kademlia {
+            nodes.min(f64::from(self.client.bucket_size) * (nodes.max(2.0).log2() + 1.0))
+        } else {
+            0.0
+        };
+        let mut memory = vec![
             Term::new(
                 "first-read counts per round, block and node",
                 &[
@@ -1106,7 +1140,12 @@ impl Scenario {
                 (flap_steps + drawn) * 48.0,
             ),
         ];
-        let events = vec![
+        memory.push(Term::new(
+            "routing tables (client.routing = \"kademlia\")",
+            &["readers.count", "cluster.nodes", "client.bucket_size"],
+            (readers + nodes) * table * 4.0,
+        ));
+        let mut events = vec![
             Term::new(
                 "block reads",
                 &[
@@ -1127,6 +1166,21 @@ impl Scenario {
                 flap_steps + drawn,
             ),
         ];
+        events.push(Term::new(
+            "Kademlia lookups (table entries sorted / 16)",
+            &[
+                "readers.count",
+                "readers.rounds",
+                "file.size_mib / file.block_kib",
+                "client.bucket_size",
+            ],
+            reads
+                * f64::from(self.client.lookup_rtts)
+                * (crate::model::routing::ALPHA as f64 + 1.0)
+                * table
+                * table.max(2.0).log2()
+                / 16.0,
+        ));
         Estimate { memory, events }
     }
 

@@ -295,6 +295,8 @@ pub struct World<'s> {
     read_config: ReadConfig,
     reads_seed: u64,
     lookup_seed: u64,
+    /// Per-reader and per-node routing tables (`client.routing = "kademlia"`).
+    routing: Option<crate::model::routing::Routing>,
     read_count: u64,
     timeline: Vec<Step>,
     downloads_total: u64,
@@ -312,12 +314,13 @@ impl<'s> World<'s> {
     pub fn new(s: &'s Scenario, seed: u64, trace: Trace, extra_faults: &[Fault]) -> Self {
         let nodes_n = s.cluster.nodes;
         let blocks = s.blocks();
+        let placement = s.cluster.placement_seed.unwrap_or(seed);
         let content = Content::new(
             nodes_n,
             blocks,
             s.cluster.close_group as usize,
-            child_seed(seed, "node-ids"),
-            child_seed(seed, "block-keys"),
+            child_seed(placement, "node-ids"),
+            child_seed(placement, "block-keys"),
         );
         let nat = nat_nodes(s, seed);
         let rate = s.cluster.upload_mbps * 1e6 / 8.0;
@@ -366,6 +369,24 @@ impl<'s> World<'s> {
             read_config: read_config(s),
             reads_seed: child_seed(seed, "reads"),
             lookup_seed: child_seed(seed, "lookups"),
+            routing: (s.client.routing == crate::scenario::RoutingModel::Kademlia).then(|| {
+                let mut rng = seeded(child_seed(seed, "reader-ids"));
+                let reader_ids: Vec<[u8; 32]> = (0..s.readers.count)
+                    .map(|_| {
+                        let mut b = [0u8; 32];
+                        rng.fill_bytes(&mut b);
+                        b
+                    })
+                    .collect();
+                let b = s.client.bucket_size as usize;
+                crate::model::routing::Routing::new(
+                    &reader_ids,
+                    &content.ids,
+                    b,
+                    b,
+                    child_seed(seed, "routing"),
+                )
+            }),
             read_count: 0,
             timeline,
             downloads_total: u64::from(r.count) * u64::from(r.rounds),
@@ -571,9 +592,11 @@ impl<'s> World<'s> {
     }
 }
 
-/// Which nodes sit behind NAT under `seed`: a seeded partial Fisher-Yates pick of
-/// `cluster.nat_nodes` of them.
+/// Which nodes sit behind NAT in a run with `seed`: a partial Fisher-Yates pick of
+/// `cluster.nat_nodes` of them, seeded by the placement seed (`cluster.placement_seed`,
+/// else the run seed).
 pub fn nat_nodes(s: &Scenario, seed: u64) -> Vec<bool> {
+    let seed = s.cluster.placement_seed.unwrap_or(seed);
     let nodes_n = s.cluster.nodes;
     let mut nat = vec![false; nodes_n as usize];
     let mut idx: Vec<u32> = (0..nodes_n).collect();
