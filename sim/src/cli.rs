@@ -142,6 +142,12 @@ impl Args {
                 }
             }
         }
+        if self.seeds.is_some() && self.stdout_taken() {
+            return conflict(
+                "a sweep prints its seeds on stdout; give --json/--trace a file name with --seeds"
+                    .into(),
+            );
+        }
         if is_stdout(&self.json) && is_stdout(&self.trace) {
             return conflict("--json - and --trace - cannot both write to stdout".into());
         }
@@ -430,6 +436,13 @@ mod tests {
             assert!(e.to_string().contains(flag), "{e}");
         }
         assert!(parse(&["a", "--seeds", "4..=4", "--json", "o", "--trace", "t"]).is_ok());
+    }
+
+    #[test]
+    fn stdout_outputs_with_a_sweep_are_a_usage_error() {
+        let e = parse(&["a", "--seeds", "2..=2", "--trace", "-"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ArgumentConflict);
+        assert!(e.to_string().contains("file name"), "{e}");
     }
 
     #[test]
