@@ -661,7 +661,8 @@ pub struct Reference {
     /// outside it. Absent: no figure to check (an arm the reference never ran).
     pub completed_pct: Option<[f64; 2]>,
     /// The reference's busiest-holder share of first reads, percent `[low, high]`, checked
-    /// against our per-round figure (the testnet measured one round of browsers at a time).
+    /// against our per-round share of each read's first two GETs
+    /// (`first_read_share.two_gets_round_mean_top`; docs/sim.md says why).
     pub busiest_pct: Option<[f64; 2]>,
 }
 
@@ -1108,7 +1109,7 @@ impl Scenario {
                     "file.size_mib / file.block_kib",
                     "cluster.nodes",
                 ],
-                (rounds + 1.0) * blocks * nodes * 4.0,
+                (2.0 * rounds + 1.0) * blocks * nodes * 4.0,
             ),
             Term::new(
                 "read durations",

@@ -191,6 +191,8 @@ struct ReadState {
     started: Instant,
     gets: Vec<(GetId, Handle)>,
     first_sent: bool,
+    /// GETs this read has sent (counted up to two, for the opening-GET share).
+    opening_sent: u8,
     armed: Option<Instant>,
     /// Seeds this read's lookup misses; bumped per lookup.
     lookup_salt: u64,

@@ -59,6 +59,7 @@ impl World<'_> {
             started: self.now,
             gets: Vec::new(),
             first_sent: false,
+            opening_sent: 0,
             armed: None,
             lookup_salt: indexed_seed(self.lookup_seed, self.read_count),
         });
