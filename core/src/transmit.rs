@@ -22,6 +22,9 @@ pub struct Transmit {
     pub status: Option<u16>,
     /// For a `503` refusal, which limit was hit.
     pub refusal: Option<RefusalReason>,
+    /// Whether `body` is a block (a `200` answering a block request), so a driver can
+    /// count block bytes served apart from roster bodies and error bodies.
+    pub block: bool,
     /// What to do with the connection once this is written.
     pub close: Close,
 }

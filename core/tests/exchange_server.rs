@@ -163,6 +163,34 @@ fn found_block_is_200_with_content_length_node_and_the_same_bytes() {
 }
 
 #[test]
+fn only_a_block_response_is_marked_as_a_block() {
+    let (_, found, _) = serve_one(
+        config(),
+        &get(path(1), ""),
+        SourceResult::Found(Bytes::from_static(b"block")),
+    );
+    assert!(found[0].block, "a 200 to a block request carries a block");
+    let (_, miss, _) = serve_one(config(), &get(path(1), ""), SourceResult::Miss);
+    assert!(!miss[0].block, "a 404's error body is not a block");
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let roster = b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\n";
+    input(&mut conn, &mut adm, roster);
+    for e in events(&mut conn) {
+        if let ServerEvent::Roster { id, .. } = e {
+            let table = peerblock_core::roster::Roster {
+                epoch: 0,
+                members: Vec::new(),
+            };
+            conn.handle_roster(T0, id, &table).unwrap();
+        }
+    }
+    let ts = transmits(&mut conn, &mut adm);
+    assert_eq!(ts[0].status, Some(200));
+    assert!(!ts[0].block, "a roster body is not a block");
+}
+
+#[test]
 fn miss_is_a_clean_404() {
     let (_, ts, _) = serve_one(config(), &get(path(1), ""), SourceResult::Miss);
     let h = head(&ts[0]);

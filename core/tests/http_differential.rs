@@ -2,7 +2,10 @@
 //! `http` server (llhttp, strict mode). Every vector goes to a real Node server over
 //! loopback; for every vector Node refuses, our request decoder must refuse too.
 //!
-//! Needs `node` on PATH (`.ci/run` installs it if missing).
+//! Needs `node` on PATH. Without it the test skips with a printed reason, so that
+//! `cargo test --workspace` passes on a machine with only the Rust toolchain; with
+//! `PEERBLOCK_REQUIRE_NODE=1` (set by `.ci/run`, which installs Node) a missing `node` is a
+//! failure, so CI always runs the comparison.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -172,18 +175,33 @@ fn base64(data: &[u8]) -> String {
     s
 }
 
+/// The environment variable that turns a missing `node` from a skip into a failure.
+const REQUIRE_NODE: &str = "PEERBLOCK_REQUIRE_NODE";
+
 #[test]
 fn whenever_node_rejects_the_framing_we_reject_it_too() {
     let vectors = vectors();
     let input: String = vectors.iter().map(|v| base64(v) + "\n").collect();
-    let mut child = Command::new("node")
+    let spawned = Command::new("node")
         .arg("-e")
         .arg(NODE_SCRIPT)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .spawn()
-        .expect("node must be on PATH for the differential test (.ci/run installs it)");
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) if std::env::var(REQUIRE_NODE).as_deref() == Ok("1") => {
+            panic!("{REQUIRE_NODE}=1 but `node` could not be started: {e}")
+        }
+        Err(e) => {
+            eprintln!(
+                "skipped: the differential test needs Node.js (`node` on PATH) and could not \
+                 start it ({e}); install Node.js or set {REQUIRE_NODE}=1 to make this a failure"
+            );
+            return;
+        }
+    };
     child
         .stdin
         .take()

@@ -60,13 +60,13 @@ fn io_err(what: &'static str, path: impl ToString, source: std::io::Error) -> No
     }
 }
 
-/// The client of a node or a command, from its configuration.
-fn client(
+/// The client options of a node or a command, from its configuration.
+fn client_options(
     config: &NodeConfig,
     clock: Clock,
     metrics: Metrics,
     local_ip: Option<std::net::IpAddr>,
-) -> Result<Client, NodeError> {
+) -> ClientOptions {
     let pool = config.pool();
     let mut options = ClientOptions::new(clock, metrics);
     options.exchange = config.client_config();
@@ -77,7 +77,18 @@ fn client(
     };
     options.max_conns_per_peer = pool.max_connections_per_peer;
     options.local_ip = local_ip;
-    Client::new(options).map_err(|e| NodeError::Failed(format!("client configuration: {e}")))
+    options
+}
+
+/// The client of a node or a command, from its configuration.
+fn client(
+    config: &NodeConfig,
+    clock: Clock,
+    metrics: Metrics,
+    local_ip: Option<std::net::IpAddr>,
+) -> Result<Client, NodeError> {
+    Client::new(client_options(config, clock, metrics, local_ip))
+        .map_err(|e| NodeError::Failed(format!("client configuration: {e}")))
 }
 
 /// A seed for a command's randomness: different per run (reads spread differently each
@@ -167,7 +178,11 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let client = client(&plan.config, clock, metrics.clone(), local_ip)?;
     let store = FileStore::new(&plan.store, DEFAULT_MAX_BLOCK_SIZE);
     let source: Arc<dyn BlockSource> = if plan.config.listener.relay {
-        Arc::new(RelaySource::new(store, client.clone(), None))
+        let mut upstream = client_options(&plan.config, clock, metrics.clone(), local_ip);
+        upstream.peers.breaker = None;
+        let upstream = Client::new(upstream)
+            .map_err(|e| NodeError::Failed(format!("relay client configuration: {e}")))?;
+        Arc::new(RelaySource::new(store, upstream, None))
     } else {
         Arc::new(store)
     };

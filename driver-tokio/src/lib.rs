@@ -12,7 +12,10 @@
 //! | [`client`] | `client::Exchange` + one shared `client::Peers` | the connection pool, dials and their deadline |
 //! | [`reader`] | `read::Read` | lookups through a [`reader::Discovery`], the read's GETs, its timers |
 //! | [`roster`] | `roster::Refresh` + one shared `roster::Membership` | periodic roster exchange |
+//! | [`relay`] | – | the relay-capable source: fetch on behalf from a parent or the origin, cache |
 //! | [`manifest`] | – | content addressing: import, manifests, block validation |
+//! | [`node`] | – | the `peerblock-node` command line, its validation and its commands |
+//! | [`progress`] | – | progress of `import` and `fetch`: a bar on a terminal, lines otherwise |
 //! | [`config`] | – | the node's TOML configuration |
 //! | [`metrics`] | – | the Prometheus metrics |
 //!

@@ -14,6 +14,14 @@
 //! | 401 or 403 (the origin refused the requester's credential) | `UpstreamRefused { status }` | 502 + the status |
 //! | anything else (refusal, timeout, dial failure, bad response) | `Failed` | 500 |
 //!
+//! # The relay's client
+//!
+//! Give the relay a client of its own whose `PeersConfig::breaker` is `None`: an origin's
+//! answers depend on each requester's credential (a `403` for one expired link says
+//! nothing about the next request), so a circuit opened by other requesters' refusals
+//! would turn the next requester's fetch into a `500` instead of its own answer.
+//! `peerblock-node serve` does this.
+//!
 //! # The origin
 //!
 //! peerblock's convention for `X-DART-Origin` is the URL of an HTTP server that serves the
@@ -39,7 +47,8 @@ pub struct RelaySource {
 }
 
 impl RelaySource {
-    /// Serves `store`; relays through `client` to `parent` (if given) or the origin.
+    /// Serves `store`; relays through `client` (breakerless: see the module docs) to
+    /// `parent` (if given) or the origin.
     pub fn new(store: FileStore, client: Client, parent: Option<String>) -> Self {
         RelaySource {
             store,

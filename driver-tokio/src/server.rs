@@ -693,9 +693,9 @@ impl Conn {
         metrics.inflight_bytes.dec_by(body as i64);
         if let Some(status) = tx.status {
             metrics.response(status);
-            if status == 200 {
-                metrics.bytes_served.inc_by(body);
-            }
+        }
+        if tx.block {
+            metrics.bytes_served.inc_by(body);
         }
         tracing::trace!(peer = %self.peer, status = ?tx.status, body, close = ?tx.close, "response written");
         match tx.close {

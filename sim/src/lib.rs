@@ -16,6 +16,7 @@ pub mod listener;
 pub mod metrics;
 pub mod model;
 pub mod net;
+pub mod progress;
 pub mod queue;
 pub mod report;
 pub mod scenario;

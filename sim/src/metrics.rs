@@ -93,6 +93,9 @@ pub struct Metrics {
     /// `first_gets_by_round[round][block][node]`: the same, per round of downloads (the
     /// reference's testnet figures are of one round of 64 browsers at a time).
     pub first_gets_by_round: Vec<Vec<Vec<u32>>>,
+    /// `opening_gets_by_round[round][block][node]`: each read's first two GETs (its first
+    /// and its first hedge, the reference's at-most-two-GETs), per round.
+    pub opening_gets_by_round: Vec<Vec<Vec<u32>>>,
     /// GETs sent.
     pub gets_total: u64,
     /// GETs sent while another GET of the same read was in flight.
@@ -123,6 +126,7 @@ impl Metrics {
         Metrics {
             first_gets: vec![vec![0; nodes]; blocks],
             first_gets_by_round: vec![vec![vec![0; nodes]; blocks]; rounds],
+            opening_gets_by_round: vec![vec![vec![0; nodes]; blocks]; rounds],
             node_bytes: vec![0; nodes],
             rounds: vec![(0, 0); rounds],
             ..Metrics::default()
@@ -148,6 +152,20 @@ impl Metrics {
     pub fn first_get(&mut self, round: usize, block: usize, node: usize) {
         self.first_gets[block][node] += 1;
         self.first_gets_by_round[round][block][node] += 1;
+    }
+
+    /// Counts one of a read's first two GETs, for `block` in `round`, going to `node`.
+    pub fn opening_get(&mut self, round: usize, block: usize, node: usize) {
+        self.opening_gets_by_round[round][block][node] += 1;
+    }
+
+    /// Per (round, block): the busiest holder's share of the reads' first two GETs.
+    pub fn round_opening_top_shares(&self) -> Vec<f64> {
+        self.opening_gets_by_round
+            .iter()
+            .flatten()
+            .filter_map(|row| top_share(row))
+            .collect()
     }
 
     /// Per block: the busiest holder's share of first GETs (blocks nobody read are left
@@ -275,6 +293,11 @@ pub struct FirstReadShare {
     /// Mean over (round, block) of the busiest holder's share of that round's first GETs:
     /// the statistic as a per-round testnet measurement sees it.
     pub round_mean_top: f64,
+    /// Mean over (round, block) of the busiest holder's share of the reads' first *two*
+    /// GETs (the first and the first hedge, which the reference's hedge rule sends on
+    /// nearly every 4 MiB read): the statistic whose figures match the reference's "share
+    /// of a chunk's first reads" for both nearest-first and uniform (docs/sim.md).
+    pub two_gets_round_mean_top: f64,
 }
 
 /// `gets.*`
@@ -361,6 +384,7 @@ impl Summary {
         let shares = m.top_shares();
         let mean_top = mean(&shares);
         let round_mean_top = mean(&m.round_top_shares());
+        let two_gets_round_mean_top = mean(&m.round_opening_top_shares());
         let max_top = shares.iter().copied().fold(0.0, f64::max);
         let nb_max = m.node_bytes.iter().copied().max().unwrap_or(0);
         let nb_mean = if m.node_bytes.is_empty() {
@@ -391,6 +415,7 @@ impl Summary {
                 mean_top: round4(mean_top),
                 max_top: round4(max_top),
                 round_mean_top: round4(round_mean_top),
+                two_gets_round_mean_top: round4(two_gets_round_mean_top),
             },
             read_ms: Percentiles::of(&m.read_ns),
             download_ms: Percentiles::of(&m.download_ns),
@@ -479,6 +504,7 @@ mod tests {
             "first_read_share.mean_top",
             "first_read_share.max_top",
             "first_read_share.round_mean_top",
+            "first_read_share.two_gets_round_mean_top",
             "read_ms.p50",
             "read_ms.p95",
             "read_ms.p99",

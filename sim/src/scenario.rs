@@ -14,7 +14,12 @@
 use std::fmt;
 use std::path::Path;
 
+use peerblock_core::read::{
+    MAX_CLOSE_GROUP_SIZE, MAX_PLAIN_RETRIES_LIMIT, MAX_REFUSAL_COOLDOWN, MAX_REFUSAL_WAITS_LIMIT,
+};
 use serde::Deserialize;
+
+use crate::model::content::KEPT_PER_BLOCK;
 
 /// Why a scenario could not be loaded. Every variant names the file; value errors name the
 /// offending key and, when it appears in the file, its line.
@@ -119,6 +124,11 @@ pub struct Cluster {
     pub upload_mbps: f64,
     /// Holders per block: the block's XOR close group.
     pub close_group: u32,
+    /// Seed of the placement (node ids, block keys, which nodes sit behind NAT). Unset:
+    /// the run seed, so every seed is another cluster and another file. Set: every seed
+    /// replays the same cluster and file, as repeated runs on one testnet do, and only the
+    /// timing (latencies, start offsets, reads' choices) varies.
+    pub placement_seed: Option<u64>,
 }
 
 impl Default for Cluster {
@@ -128,6 +138,7 @@ impl Default for Cluster {
             nat_nodes: 0,
             upload_mbps: 100.0,
             close_group: 7,
+            placement_seed: None,
         }
     }
 }
@@ -453,6 +464,24 @@ pub struct Client {
     /// compare those (`Read::handle_lookup_peers`). NAT'd, partitioned, crashed and
     /// silent nodes report nothing. `false`: plain lookups.
     pub lookup_load_hints: bool,
+    /// What a lookup knows: `"oracle"` (every lookup returns the true nearest nodes to
+    /// the key, identical for every reader) or `"kademlia"` (per-reader and per-node
+    /// routing tables with at most `bucket_size` nodes per bucket, walked for
+    /// `lookup_rtts` rounds; see `model::routing`).
+    pub routing: RoutingModel,
+    /// Kademlia bucket size for `routing = "kademlia"` (nodes kept per bucket, and the
+    /// most nodes a queried node returns).
+    pub bucket_size: u32,
+}
+
+/// `client.routing`: how lookups learn of nodes.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoutingModel {
+    /// Every lookup returns the true nearest nodes.
+    Oracle,
+    /// Per-reader and per-node Kademlia routing tables (`model::routing`).
+    Kademlia,
 }
 
 impl Default for Client {
@@ -476,6 +505,8 @@ impl Default for Client {
             lookup_miss: 0.0,
             max_plain_retries: 1,
             lookup_load_hints: false,
+            routing: RoutingModel::Oracle,
+            bucket_size: 20,
         }
     }
 }
@@ -625,6 +656,14 @@ pub struct Reference {
     pub busiest_share: String,
     /// Anything else worth printing.
     pub note: String,
+    /// The reference's completed downloads as a range, percent `[low, high]`: printed in
+    /// the comparison table's "reference" column, and our figure is marked `!` when
+    /// outside it. Absent: no figure to check (an arm the reference never ran).
+    pub completed_pct: Option<[f64; 2]>,
+    /// The reference's busiest-holder share of first reads, percent `[low, high]`, checked
+    /// against our per-round share of each read's first two GETs
+    /// (`first_read_share.two_gets_round_mean_top`; docs/sim.md says why).
+    pub busiest_pct: Option<[f64; 2]>,
 }
 
 impl Scenario {
@@ -676,100 +715,135 @@ impl Scenario {
         block.min(size - start)
     }
 
-    /// Checks that every value is one the simulator can run. Returns the dotted key and
-    /// the reason for the first impossible value.
+    /// Checks that every value is one the simulator can run: every numeric key within its
+    /// documented range (docs/sim.md, "Ranges"), and the keys that constrain each other
+    /// consistent. Returns the dotted key and the reason for the first bad value.
     pub fn validate(&self) -> Result<(), (String, String)> {
         fn bad(key: &str, reason: impl Into<String>) -> Result<(), (String, String)> {
             Err((key.to_string(), reason.into()))
         }
         let c = &self.cluster;
-        if c.nodes == 0 {
-            return bad("cluster.nodes", "a cluster needs at least one node");
-        }
-        if c.nodes > 100_000 {
-            return bad("cluster.nodes", "at most 100000 nodes");
-        }
-        if c.nat_nodes > c.nodes {
-            return bad(
-                "cluster.nat_nodes",
-                format!("{} NAT nodes but only {} nodes", c.nat_nodes, c.nodes),
-            );
-        }
-        if !(c.upload_mbps.is_finite() && c.upload_mbps > 0.0) {
-            return bad("cluster.upload_mbps", "must be a positive number");
-        }
-        if c.close_group == 0 || c.close_group > c.nodes {
-            return bad(
-                "cluster.close_group",
-                format!("must be between 1 and cluster.nodes ({})", c.nodes),
-            );
-        }
+        int(
+            "cluster.nodes",
+            c.nodes,
+            1,
+            MAX_NODES,
+            "a cluster needs at least one node",
+        )?;
+        int(
+            "cluster.nat_nodes",
+            c.nat_nodes,
+            0,
+            c.nodes,
+            "NAT nodes are some of cluster.nodes",
+        )?;
+        real("cluster.upload_mbps", c.upload_mbps, 0.001, 1e6, "Mbit/s")?;
+        int(
+            "cluster.close_group",
+            c.close_group,
+            1,
+            c.nodes.min(MAX_CLOSE_GROUP_SIZE as u32),
+            "holders per block: at most cluster.nodes and at most core's bound of 16",
+        )?;
         match self.network.latency {
-            Latency::Constant { ms } if !(ms.is_finite() && ms >= 0.0) => {
-                return bad("network.latency", "ms must be a non-negative number")
+            Latency::Constant { ms } => real("network.latency.ms", ms, 0.0, MAX_LATENCY_MS, "ms")?,
+            Latency::Uniform { min_ms, max_ms } => {
+                real("network.latency.min_ms", min_ms, 0.0, MAX_LATENCY_MS, "ms")?;
+                real(
+                    "network.latency.max_ms",
+                    max_ms,
+                    min_ms,
+                    MAX_LATENCY_MS,
+                    "ms",
+                )?;
             }
-            Latency::Uniform { min_ms, max_ms }
-                if !(min_ms.is_finite()
-                    && max_ms.is_finite()
-                    && 0.0 <= min_ms
-                    && min_ms <= max_ms) =>
-            {
-                return bad("network.latency", "need 0 <= min_ms <= max_ms")
+            Latency::Lognormal { median_ms, sigma } => {
+                real(
+                    "network.latency.median_ms",
+                    median_ms,
+                    0.001,
+                    MAX_LATENCY_MS,
+                    "ms",
+                )?;
+                real("network.latency.sigma", sigma, 0.0, 3.0, "")?;
             }
-            Latency::Lognormal { median_ms, sigma }
-                if !(median_ms.is_finite()
-                    && median_ms > 0.0
-                    && sigma.is_finite()
-                    && sigma >= 0.0) =>
-            {
-                return bad("network.latency", "need median_ms > 0 and sigma >= 0")
-            }
-            _ => {}
         }
-        if !(self.network.transfer_mbps.is_finite() && self.network.transfer_mbps >= 0.0) {
-            return bad(
+        int(
+            "network.dial_retransmit_ms",
+            self.network.dial_retransmit_ms,
+            0,
+            60_000,
+            "0 = no retransmits",
+        )?;
+        let t = self.network.transfer_mbps;
+        if t != 0.0 {
+            real(
                 "network.transfer_mbps",
-                "must be a non-negative number (0 = no ceiling)",
-            );
+                t,
+                0.001,
+                1e6,
+                "Mbit/s (0 = no ceiling)",
+            )?;
         }
         let l = &self.listener;
-        for (key, v) in [
-            ("listener.max_sessions", l.max_sessions),
+        for (key, v, hi) in [
+            ("listener.max_sessions", l.max_sessions, 1_000_000),
             (
                 "listener.max_sessions_per_source",
                 l.max_sessions_per_source,
+                1_000_000,
             ),
-            ("listener.max_channels", l.max_channels),
-            ("listener.max_requests", l.max_requests),
+            ("listener.max_channels", l.max_channels, 1_000_000),
+            ("listener.max_requests", l.max_requests, 1_000_000),
             (
                 "listener.max_requests_per_session",
                 l.max_requests_per_session,
+                65_536,
             ),
-            ("listener.max_inflight_mib", l.max_inflight_mib),
+            ("listener.max_inflight_mib", l.max_inflight_mib, 1 << 20),
             (
                 "listener.max_inflight_per_source_mib",
                 l.max_inflight_per_source_mib,
+                1 << 20,
             ),
         ] {
-            if v == 0 {
-                return bad(key, "a limit of 0 admits nothing");
-            }
+            int(key, v, 1, hi, "a limit of 0 admits nothing")?;
         }
+        int(
+            "listener.reserve_kib",
+            l.reserve_kib,
+            0,
+            1 << 20,
+            "0 = the whole response",
+        )?;
+        int(
+            "listener.retry_after_secs",
+            l.retry_after_secs,
+            0,
+            86_400,
+            "seconds",
+        )?;
+        int(
+            "listener.session_idle_secs",
+            l.session_idle_secs,
+            1,
+            86_400,
+            "seconds",
+        )?;
         if let Err(e) = crate::listener::admission_config(l).validate() {
             return bad(crate::listener::scenario_key(&e), e.to_string());
         }
-        if l.session_idle_secs == 0 {
-            return bad("listener.session_idle_secs", "must be at least 1 second");
-        }
         let f = &self.file;
-        if f.size_mib == 0 || f.size_mib > 1 << 20 {
-            return bad("file.size_mib", "must be between 1 and 1048576");
-        }
-        if f.block_kib == 0 || f.block_kib > 1 << 20 {
-            return bad("file.block_kib", "must be between 1 and 1048576");
-        }
-        if self.blocks() > 100_000 {
-            return bad("file.block_kib", "more than 100000 blocks per file");
+        int("file.size_mib", f.size_mib, 1, 1 << 20, "MiB")?;
+        int("file.block_kib", f.block_kib, 1, 1 << 20, "KiB")?;
+        if u64::from(self.blocks()) > MAX_BLOCKS {
+            return bad(
+                "file.block_kib",
+                format!(
+                    "file.size_mib / file.block_kib gives {} blocks, more than {MAX_BLOCKS}",
+                    self.blocks()
+                ),
+            );
         }
         let reserved = if l.reserve_kib == 0 {
             f.block_kib
@@ -783,41 +857,38 @@ impl Scenario {
             );
         }
         let r = &self.readers;
-        if r.count == 0 || r.count > 1_000_000 {
-            return bad("readers.count", "must be between 1 and 1000000");
-        }
-        if r.addresses > r.count {
-            return bad("readers.addresses", "more addresses than readers");
-        }
+        int("readers.count", r.count, 1, MAX_READERS, "readers")?;
+        int(
+            "readers.addresses",
+            r.addresses,
+            0,
+            r.count,
+            "0 = one each, else at most readers.count",
+        )?;
         for (key, v) in [
             ("readers.start_spread_secs", r.start_spread_secs),
             ("readers.first_round_at_secs", r.first_round_at_secs),
             ("readers.round_interval_secs", r.round_interval_secs),
         ] {
-            if !(v.is_finite() && (0.0..=1e7).contains(&v)) {
-                return bad(key, "must be a number of seconds between 0 and 1e7");
-            }
+            real(key, v, 0.0, MAX_SECS, "seconds")?;
         }
-        if r.rounds == 0 || r.rounds > 10_000 {
-            return bad("readers.rounds", "must be between 1 and 10000");
-        }
-        if r.parallel_blocks == 0 {
-            return bad(
-                "readers.parallel_blocks",
-                "a reader must read at least one block at a time",
-            );
-        }
+        int("readers.rounds", r.rounds, 1, 10_000, "rounds")?;
+        int(
+            "readers.parallel_blocks",
+            r.parallel_blocks,
+            1,
+            1_024,
+            "blocks a download reads at once",
+        )?;
         let cl = &self.client;
         for (key, v) in [
+            ("client.hedge_delay_ms", cl.hedge_delay_ms),
+            ("client.retry_delay_ms", cl.retry_delay_ms),
             ("client.dial_timeout_ms", cl.dial_timeout_ms),
             ("client.response_timeout_ms", cl.response_timeout_ms),
             ("client.request_timeout_ms", cl.request_timeout_ms),
-            ("client.hedge_delay_ms", cl.hedge_delay_ms),
-            ("client.retry_delay_ms", cl.retry_delay_ms),
         ] {
-            if v == 0 {
-                return bad(key, "must be at least 1 ms");
-            }
+            int(key, v, 1, MAX_TIMEOUT_MS, "ms (up to one hour)")?;
         }
         if cl.request_timeout_ms < cl.response_timeout_ms {
             return bad(
@@ -825,12 +896,34 @@ impl Scenario {
                 "the whole exchange cannot be bounded tighter than its response header",
             );
         }
-        if cl.refused_cooldown_secs == 0 || cl.failed_cooldown_secs == 0 {
-            return bad(
-                "client.refused_cooldown_secs",
-                "cooldowns must be at least 1 s",
-            );
-        }
+        int(
+            "client.max_refusal_waits",
+            cl.max_refusal_waits,
+            0,
+            MAX_REFUSAL_WAITS_LIMIT,
+            "core's bound",
+        )?;
+        int(
+            "client.max_plain_retries",
+            cl.max_plain_retries,
+            0,
+            MAX_PLAIN_RETRIES_LIMIT,
+            "core's bound",
+        )?;
+        int(
+            "client.refused_cooldown_secs",
+            cl.refused_cooldown_secs,
+            1,
+            MAX_REFUSAL_COOLDOWN.as_secs(),
+            "seconds (core's bound)",
+        )?;
+        int(
+            "client.failed_cooldown_secs",
+            cl.failed_cooldown_secs,
+            1,
+            86_400,
+            "seconds",
+        )?;
         if let Err(e) = crate::world::read_config(self).validate() {
             use peerblock_core::read::ReadConfigError as E;
             let key = match &e {
@@ -845,36 +938,56 @@ impl Scenario {
             };
             return bad(key, e.to_string());
         }
-        if cl.lookup_peers < c.close_group {
-            return bad(
-                "client.lookup_peers",
-                "a lookup must return at least a close group",
-            );
-        }
+        int(
+            "client.lookup_rtts",
+            cl.lookup_rtts,
+            1,
+            100,
+            "round trips per lookup",
+        )?;
+        int(
+            "client.lookup_peers",
+            cl.lookup_peers,
+            c.close_group,
+            KEPT_PER_BLOCK as u32,
+            "a lookup returns at least a close group and at most the peers kept per block",
+        )?;
         if !(cl.lookup_miss.is_finite() && (0.0..1.0).contains(&cl.lookup_miss)) {
-            return bad("client.lookup_miss", "must be a probability in [0, 1)");
-        }
-        if cl.lookup_rtts == 0 {
             return bad(
-                "client.lookup_rtts",
-                "a lookup takes at least one round trip",
+                "client.lookup_miss",
+                format!(
+                    "must be a probability in [0, 1), got {}",
+                    show(cl.lookup_miss)
+                ),
             );
         }
         let b = &self.breaker;
-        if b.enabled && b.failure_threshold == 0 {
-            return bad("breaker.failure_threshold", "must be at least 1");
-        }
-        if b.enabled && b.half_open_probes == 0 {
-            return bad("breaker.half_open_probes", "must be at least 1");
-        }
-        if b.enabled && b.cooldown_ms == 0 {
-            return bad("breaker.cooldown_ms", "must be at least 1 ms");
+        if b.enabled {
+            int(
+                "breaker.failure_threshold",
+                b.failure_threshold,
+                1,
+                1_000,
+                "failures",
+            )?;
+            int(
+                "breaker.cooldown_ms",
+                b.cooldown_ms,
+                1,
+                MAX_TIMEOUT_MS,
+                "ms",
+            )?;
+            int(
+                "breaker.half_open_probes",
+                b.half_open_probes,
+                1,
+                1_000,
+                "probes",
+            )?;
         }
         for (i, fault) in self.faults.iter().enumerate() {
             let key = |k: &str| format!("faults[{i}].{k}");
-            if !(fault.at_secs.is_finite() && fault.at_secs >= 0.0) {
-                return bad(&key("at_secs"), "must be a non-negative number of seconds");
-            }
+            real(&key("at_secs"), fault.at_secs, 0.0, MAX_SECS, "seconds")?;
             match (fault.node, fault.holder_block) {
                 (Some(_), Some(_)) => {
                     return bad(&key("node"), "give either node or holder_block, not both")
@@ -899,36 +1012,392 @@ impl Scenario {
             }
             match fault.kind {
                 FaultKind::Slow => match fault.factor {
-                    Some(f) if f.is_finite() && f > 0.0 => {}
-                    _ => return bad(&key("factor"), "slow needs factor > 0"),
+                    Some(f) => real(&key("factor"), f, 0.001, 1_000.0, "× the upload bandwidth")?,
+                    None => return bad(&key("factor"), "slow needs factor"),
                 },
                 FaultKind::Flap => {
-                    match fault.period_secs {
-                        Some(p) if p.is_finite() && p > 0.0 => {}
-                        _ => return bad(&key("period_secs"), "flap needs period_secs > 0"),
-                    }
-                    match fault.duration_secs {
-                        Some(d) if d.is_finite() && d > 0.0 => {}
-                        _ => return bad(&key("duration_secs"), "flap needs duration_secs > 0"),
+                    let (Some(p), Some(d)) = (fault.period_secs, fault.duration_secs) else {
+                        let missing = if fault.period_secs.is_none() {
+                            "period_secs"
+                        } else {
+                            "duration_secs"
+                        };
+                        return bad(&key(missing), format!("flap needs {missing}"));
+                    };
+                    real(&key("period_secs"), p, 0.001, MAX_SECS, "seconds")?;
+                    real(&key("duration_secs"), d, 0.001, MAX_SECS, "seconds")?;
+                    let steps = d / p;
+                    if steps > MAX_FLAP_STEPS as f64 {
+                        return bad(
+                            &key("period_secs"),
+                            format!(
+                                "faults[{i}].duration_secs / faults[{i}].period_secs = {} \
+                                 crash/restart steps, more than {MAX_FLAP_STEPS}",
+                                show(steps.ceil())
+                            ),
+                        );
                     }
                 }
                 _ => {}
             }
         }
         let s = &self.sweep;
-        if !(s.window_secs.is_finite() && s.window_secs >= 0.0) {
-            return bad("sweep.window_secs", "must be a non-negative number");
+        for (key, v) in [
+            ("sweep.crashes", s.crashes),
+            ("sweep.silent", s.silent),
+            ("sweep.partitions", s.partitions),
+            ("sweep.slow", s.slow),
+        ] {
+            int(key, v, 0, MAX_SWEEP_FAULTS, "faults drawn per seed")?;
         }
-        if !(s.max_duration_secs.is_finite() && s.max_duration_secs >= 1.0) {
-            return bad("sweep.max_duration_secs", "must be at least 1 second");
+        for (key, range) in [
+            ("reference.completed_pct", self.reference.completed_pct),
+            ("reference.busiest_pct", self.reference.busiest_pct),
+        ] {
+            if let Some([lo, hi]) = range {
+                real(key, lo, 0.0, 100.0, "percent (low)")?;
+                real(key, hi, lo, 100.0, "percent (high, at least low)")?;
+            }
+        }
+        real("sweep.window_secs", s.window_secs, 0.0, MAX_SECS, "seconds")?;
+        real(
+            "sweep.max_duration_secs",
+            s.max_duration_secs,
+            1.0,
+            MAX_SECS,
+            "seconds",
+        )?;
+        Ok(())
+    }
+
+    /// The scenario's estimated peak memory and event count, term by term (see
+    /// [`Estimate`]). `sweep` adds the faults a `--seeds` sweep draws per seed.
+    pub fn estimate(&self, sweep: bool) -> Estimate {
+        let nodes = f64::from(self.cluster.nodes);
+        let blocks = f64::from(self.blocks());
+        let readers = f64::from(self.readers.count);
+        let rounds = f64::from(self.readers.rounds);
+        let downloads = readers * rounds;
+        let reads = downloads * blocks;
+        let known = nodes.min(blocks * f64::from(self.client.lookup_peers));
+        let flap_steps: f64 = self
+            .faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::Flap)
+            .map(|f| (f.duration_secs.unwrap_or(0.0) / f.period_secs.unwrap_or(1.0)).ceil() + 1.0)
+            .sum();
+        let sw = &self.sweep;
+        let drawn = if sweep {
+            2.0 * f64::from(sw.crashes + sw.silent + sw.partitions + sw.slow)
+        } else {
+            0.0
+        };
+        let kept = nodes.min(KEPT_PER_BLOCK as f64);
+        let kademlia = self.client.routing == RoutingModel::Kademlia;
+        // A routing table holds at most bucket_size nodes per non-empty bucket (about
+        // log2(nodes) + 1 of them).
+        let table = if kademlia {
+            nodes.min(f64::from(self.client.bucket_size) * (nodes.max(2.0).log2() + 1.0))
+        } else {
+            0.0
+        };
+        let mut memory = vec![
+            Term::new(
+                "first-read counts per round, block and node",
+                &[
+                    "readers.rounds",
+                    "file.size_mib / file.block_kib",
+                    "cluster.nodes",
+                ],
+                (2.0 * rounds + 1.0) * blocks * nodes * 4.0,
+            ),
+            Term::new(
+                "read durations",
+                &[
+                    "readers.count",
+                    "readers.rounds",
+                    "file.size_mib / file.block_kib",
+                ],
+                reads * 8.0,
+            ),
+            Term::new(
+                "downloads and their round starts",
+                &["readers.count", "readers.rounds"],
+                downloads * 96.0,
+            ),
+            Term::new(
+                "readers' per-node state (breaker, cooldowns, load)",
+                &["readers.count", "cluster.nodes"],
+                readers * (512.0 + known * 96.0),
+            ),
+            Term::new(
+                "placement and per-node series",
+                &["file.size_mib / file.block_kib", "cluster.nodes"],
+                blocks * (kept * 4.0 + 96.0) + nodes * (48.0 + 101.0 * 8.0),
+            ),
+            Term::new(
+                "fault timeline",
+                &["faults.duration_secs / faults.period_secs", "sweep"],
+                (flap_steps + drawn) * 48.0,
+            ),
+        ];
+        memory.push(Term::new(
+            "routing tables (client.routing = \"kademlia\")",
+            &["readers.count", "cluster.nodes", "client.bucket_size"],
+            (readers + nodes) * table * 4.0,
+        ));
+        let mut events = vec![
+            Term::new(
+                "block reads",
+                &[
+                    "readers.count",
+                    "readers.rounds",
+                    "file.size_mib / file.block_kib",
+                ],
+                reads * EVENTS_PER_READ,
+            ),
+            Term::new(
+                "placement (distance comparisons / 16)",
+                &["file.size_mib / file.block_kib", "cluster.nodes"],
+                blocks * nodes * (nodes.max(2.0)).log2() / 16.0,
+            ),
+            Term::new(
+                "fault steps",
+                &["faults.duration_secs / faults.period_secs", "sweep"],
+                flap_steps + drawn,
+            ),
+        ];
+        events.push(Term::new(
+            "Kademlia lookups (table entries sorted / 16)",
+            &[
+                "readers.count",
+                "readers.rounds",
+                "file.size_mib / file.block_kib",
+                "client.bucket_size",
+            ],
+            reads
+                * f64::from(self.client.lookup_rtts)
+                * (crate::model::routing::ALPHA as f64 + 1.0)
+                * table
+                * table.max(2.0).log2()
+                / 16.0,
+        ));
+        Estimate { memory, events }
+    }
+
+    /// Refuses a scenario whose [`Scenario::estimate`] is over `budget`: the message names
+    /// the term's keys, its size and the bound.
+    pub fn check_size(&self, budget: &Budget, sweep: bool) -> Result<(), String> {
+        let e = self.estimate(sweep);
+        let total_memory = e.memory_bytes();
+        if total_memory > budget.memory_bytes {
+            let t = e.largest_memory();
+            return Err(format!(
+                "too large to simulate: estimated memory {} exceeds the bound of {}; the \
+                 largest part is {} ({} = {}), so lower {}",
+                bytes(total_memory),
+                bytes(budget.memory_bytes),
+                t.what,
+                t.keys.join(" × "),
+                bytes(t.amount),
+                t.keys.join(" or ")
+            ));
+        }
+        let total_events = e.events();
+        if total_events > budget.events {
+            let t = e.largest_events();
+            return Err(format!(
+                "too large to simulate: estimated {} events exceed the bound of {}; the \
+                 largest part is {} ({} = {} events), so lower {}",
+                show(total_events.round()),
+                show(budget.events),
+                t.what,
+                t.keys.join(" × "),
+                show(t.amount.round()),
+                t.keys.join(" or ")
+            ));
         }
         Ok(())
     }
 }
 
+/// Most nodes a cluster may have.
+pub const MAX_NODES: u32 = 100_000;
+/// Most readers a scenario may have.
+pub const MAX_READERS: u32 = 1_000_000;
+/// Most blocks the hot file may have.
+pub const MAX_BLOCKS: u64 = 100_000;
+/// Longest latency a link may have, ms (one minute).
+pub const MAX_LATENCY_MS: f64 = 60_000.0;
+/// Longest client timeout or delay, ms (one hour).
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+/// Latest simulated instant a scenario may name, seconds (about 116 days).
+pub const MAX_SECS: f64 = 1e7;
+/// Most crash/restart steps one flap may expand to.
+pub const MAX_FLAP_STEPS: u64 = 100_000;
+/// Most faults of one kind a sweep may draw per seed.
+pub const MAX_SWEEP_FAULTS: u32 = 10_000;
+/// Events one block read costs, on average, in the estimate (the shipped scenarios measure
+/// 16–25; overload adds refusals and retries).
+pub const EVENTS_PER_READ: f64 = 30.0;
+
+/// How large a scenario the simulator accepts, checked before the run by
+/// [`Scenario::check_size`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    /// Estimated peak memory, bytes.
+    pub memory_bytes: f64,
+    /// Estimated events (and equivalent work).
+    pub events: f64,
+}
+
+impl Default for Budget {
+    /// 4 GiB and 5 × 10^8 events (about an hour at the HTTP/1.1 path's pace of ~120,000
+    /// events a second).
+    fn default() -> Self {
+        Budget {
+            memory_bytes: 4.0 * (1u64 << 30) as f64,
+            events: 5e8,
+        }
+    }
+}
+
+/// One part of an [`Estimate`]: what it is, the keys whose product it is, its size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Term {
+    /// What the memory or work is for.
+    pub what: &'static str,
+    /// The scenario keys (or key quotients) it is proportional to.
+    pub keys: Vec<&'static str>,
+    /// Bytes or events.
+    pub amount: f64,
+}
+
+impl Term {
+    fn new(what: &'static str, keys: &[&'static str], amount: f64) -> Self {
+        Term {
+            what,
+            keys: keys.to_vec(),
+            amount,
+        }
+    }
+}
+
+/// A scenario's size before it runs: the memory its tables take and the events it will
+/// process, each as a sum of terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    /// Memory terms, bytes.
+    pub memory: Vec<Term>,
+    /// Event terms.
+    pub events: Vec<Term>,
+}
+
+impl Estimate {
+    /// Total estimated memory, bytes.
+    pub fn memory_bytes(&self) -> f64 {
+        self.memory.iter().map(|t| t.amount).sum()
+    }
+
+    /// Total estimated events.
+    pub fn events(&self) -> f64 {
+        self.events.iter().map(|t| t.amount).sum()
+    }
+
+    /// The largest memory term.
+    pub fn largest_memory(&self) -> &Term {
+        largest(&self.memory)
+    }
+
+    /// The largest event term.
+    pub fn largest_events(&self) -> &Term {
+        largest(&self.events)
+    }
+}
+
+fn largest(terms: &[Term]) -> &Term {
+    terms
+        .iter()
+        .max_by(|a, b| a.amount.total_cmp(&b.amount))
+        .expect("an estimate has terms")
+}
+
+/// `3.2 GiB`, `840.0 MiB`.
+fn bytes(b: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == UNITS.len() - 1 && v >= 1024.0 {
+        return format!("{} B", show(b));
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+/// A number as a person would read it: plain when moderate, in exponent form when huge or
+/// tiny (`1e300`, not three hundred digits).
+pub fn show(v: f64) -> String {
+    let a = v.abs();
+    if v == 0.0 || (1e-3..1e7).contains(&a) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// An integer key within `lo..=hi`.
+fn int<T: PartialOrd + fmt::Display + Copy>(
+    key: &str,
+    v: T,
+    lo: T,
+    hi: T,
+    what: &str,
+) -> Result<(), (String, String)> {
+    if lo <= v && v <= hi {
+        return Ok(());
+    }
+    Err((
+        key.to_string(),
+        format!("must be between {lo} and {hi} ({what}), got {v}"),
+    ))
+}
+
+/// A real key within `lo..=hi` (finite).
+fn real(key: &str, v: f64, lo: f64, hi: f64, unit: &str) -> Result<(), (String, String)> {
+    if v.is_finite() && lo <= v && v <= hi {
+        return Ok(());
+    }
+    let unit = if unit.is_empty() {
+        String::new()
+    } else {
+        format!(" {unit}")
+    };
+    Err((
+        key.to_string(),
+        format!(
+            "must be between {} and {}{unit}, got {}",
+            show(lo),
+            show(hi),
+            show(v)
+        ),
+    ))
+}
+
 /// Finds the 1-based line where dotted `key` (e.g. `listener.max_sessions` or
 /// `faults[2].factor`) is set in `text`, or 0 if it is not in the file (left at default).
+/// A key inside an inline table (`network.latency.min_ms`) is found at its table's line.
 pub fn key_line(text: &str, key: &str) -> usize {
+    let line = key_line_exact(text, key);
+    match key.rsplit_once('.') {
+        Some((parent, _)) if line == 0 && parent.contains('.') => key_line(text, parent),
+        _ => line,
+    }
+}
+
+fn key_line_exact(text: &str, key: &str) -> usize {
     // Split "faults[2].factor" into table "faults", index 2, leaf "factor".
     let (table, leaf) = match key.rsplit_once('.') {
         Some((t, l)) => (t, l),
@@ -1013,7 +1482,8 @@ mod tests {
             Scenario::parse("[cluster]\nnodes = 10\nnat_nodes = 11\n", "a.toml", "a").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "a.toml:3: invalid value for `cluster.nat_nodes`: 11 NAT nodes but only 10 nodes"
+            "a.toml:3: invalid value for `cluster.nat_nodes`: must be between 0 and 10 \
+             (NAT nodes are some of cluster.nodes), got 11"
         );
     }
 

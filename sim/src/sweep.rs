@@ -6,9 +6,10 @@
 
 use peerblock_core::rng::child_seed;
 
-use crate::cli::{self, Args};
+use crate::cli::{self, Args, Outputs};
 use crate::faults;
 use crate::metrics::Metrics;
+use crate::progress::Steps;
 use crate::scenario::{Fault, Scenario};
 use crate::world::{self, RunOptions};
 
@@ -67,16 +68,21 @@ pub fn describe(f: &Fault) -> String {
 }
 
 /// Runs the sweep; returns the exit status (1 if any seed broke an invariant).
-pub fn main(s: &Scenario, args: &Args, a: u64, b: u64) -> i32 {
+pub fn main(s: &Scenario, args: &Args, a: u64, b: u64, outputs: Outputs) -> i32 {
     let single = b - a == 1;
+    let mut outputs = Some(outputs);
     let mut failed = Vec::new();
+    let mut warned = 0u64;
     println!("sweep {} seeds {a}..{b}", s.name);
+    let mut steps = Steps::new("seed", b - a, args.quiet || single);
     for seed in a..b {
         let extra = faults_for(s, seed);
         let listed: Vec<String> = extra.iter().map(describe).collect();
         println!("seed {seed}: faults [{}]", listed.join(", "));
+        steps.begin(&format!("seed {seed}"));
         let result = if single {
-            match cli::run_once(s, args, seed, extra) {
+            let outputs = outputs.take().unwrap_or_default();
+            match cli::run_once(s, &[], args, seed, extra, outputs) {
                 Ok(r) => r,
                 Err(code) => return code,
             }
@@ -90,12 +96,22 @@ pub fn main(s: &Scenario, args: &Args, a: u64, b: u64) -> i32 {
                 },
             )
         };
+        // A redrawn progress line is cleared before the seed's result is printed.
+        steps.finish();
         let m = &result.metrics;
         let bad = violations(m);
         let sum = &result.summary;
+        let unreachable = world::unreachable_blocks(s, seed, &result.holders);
+        let incomplete = sum.downloads.completed < sum.downloads.started;
+        let status = if !bad.is_empty() {
+            "FAIL"
+        } else if !unreachable.is_empty() && incomplete {
+            "warn"
+        } else {
+            "ok  "
+        };
         println!(
-            "seed {seed}: {} downloads {}/{} reads {} found {} absent {} busy {} unavailable {} digest {}",
-            if bad.is_empty() { "ok  " } else { "FAIL" },
+            "seed {seed}: {status} downloads {}/{} reads {} found {} absent {} busy {} unavailable {} digest {}",
             sum.downloads.completed,
             sum.downloads.started,
             sum.reads.started,
@@ -108,11 +124,32 @@ pub fn main(s: &Scenario, args: &Args, a: u64, b: u64) -> i32 {
         for v in &bad {
             println!("    broken: {v}");
         }
+        if !unreachable.is_empty() && incomplete {
+            warned += 1;
+            println!(
+                "    warning: {} block(s) ({}) have every holder behind NAT: no reader can \
+                 fetch them, so their downloads cannot complete (the model, not a bug)",
+                unreachable.len(),
+                unreachable
+                    .iter()
+                    .map(|b| format!("block {b}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if !bad.is_empty() {
             failed.push(seed);
         }
+        steps.end();
     }
+    steps.finish();
     println!("{} seeds, {} failed", b - a, failed.len());
+    if warned > 0 {
+        println!(
+            "warning: {warned} seed(s) with downloads that cannot complete for a modelled \
+             reason (every holder of a block behind NAT)"
+        );
+    }
     for seed in &failed {
         println!(
             "replay: cargo run --release -p sim -- {} --seeds {seed}..={seed} --trace seed-{seed}.trace",

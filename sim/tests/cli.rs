@@ -90,6 +90,18 @@ fn json_trace_and_report_are_written() {
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert_eq!(html.matches("<svg").count(), 4, "four plots");
+    // Each plot has its legend outside the drawing (HTML, never over the data) and a
+    // caption saying what to look at.
+    assert_eq!(
+        html.matches("<div class=\"legend\">").count(),
+        4,
+        "four legends"
+    );
+    assert_eq!(html.matches("<figcaption>").count(), 4, "four captions");
+    assert!(
+        html.contains("fault event"),
+        "the dead holder's crash is marked"
+    );
 }
 
 #[test]
@@ -106,4 +118,62 @@ fn a_sweep_reports_failing_seeds_with_a_replay_command() {
         "{out}"
     );
     assert!(out.contains("--seeds 1..=1"), "{out}");
+}
+
+#[test]
+fn a_sweep_shows_seed_k_of_n_with_an_eta_on_stderr() {
+    let (code, _, err) = sim(&[&scenario("fault-dead-holder.toml"), "--seeds", "1..4"]);
+    assert_eq!(code, 0, "{err}");
+    for k in 1..=3 {
+        assert!(err.contains(&format!("seed {k}/3: seed {k}")), "{err}");
+    }
+    assert!(err.contains("ETA"), "{err}");
+    let (_, _, quiet) = sim(&[
+        &scenario("fault-dead-holder.toml"),
+        "--seeds",
+        "1..3",
+        "--quiet",
+    ]);
+    assert!(!quiet.contains("seed 1/2"), "{quiet}");
+}
+
+#[test]
+fn the_compare_arms_and_the_report_re_runs_show_progress() {
+    let arm = scenario("fault-dead-holder.toml");
+    let p = temp("compare-progress.toml");
+    std::fs::write(&p, format!("compare = [{arm:?}, {arm:?}]\n")).unwrap();
+    let report = temp("compare-progress.html");
+    let (code, _, err) = sim(&[p.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("compare 1/2: arm fault-dead-holder"), "{err}");
+    assert!(
+        err.contains("compare 2/2: arm fault-dead-holder (ETA"),
+        "{err}"
+    );
+    assert!(
+        err.contains("report 3/3: re-running with spread = \"load-aware\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_sweep_warns_about_seeds_whose_blocks_all_sit_behind_nat() {
+    // 8 of 10 nodes behind NAT and two holders per block: most seeds leave some block
+    // with both holders NAT'd, which no reader can fetch.
+    let p = temp("nat-heavy.toml");
+    std::fs::write(
+        &p,
+        "[cluster]\nnodes = 10\nnat_nodes = 8\nclose_group = 2\n\n[client]\nlookup_peers = 10\n\n\
+         [readers]\ncount = 4\n\n[sweep]\ncrashes = 0\nsilent = 0\npartitions = 0\nslow = 0\n",
+    )
+    .unwrap();
+    let (code, out, err) = sim(&[p.to_str().unwrap(), "--seeds", "1..4", "--quiet"]);
+    assert_eq!(code, 0, "no invariant is broken: {out}{err}");
+    assert!(!out.contains(": ok  "), "no seed passes as plain ok: {out}");
+    assert_eq!(out.matches(": warn ").count(), 3, "{out}");
+    assert!(out.contains("have every holder behind NAT"), "{out}");
+    assert!(
+        out.contains("warning: 3 seed(s) with downloads that cannot complete"),
+        "{out}"
+    );
 }

@@ -169,3 +169,31 @@ fn the_readme_excerpt_is_what_the_replay_prints() {
         );
     }
 }
+
+#[test]
+fn each_reads_first_two_gets_land_inside_the_references_busiest_share() {
+    // The reference's "share of a chunk's first reads" (48 % nearest-first, 18–21 %
+    // uniform) is matched by counting each read's first two GETs per round: the first and
+    // the hedge its after-delay rule sends on nearly every 4 MiB read (docs/sim.md,
+    // "Replay versus reference"). Each arm's range is its scenario's reference.busiest_pct.
+    for name in [
+        "testnet-ab-old-limits-nearest.toml",
+        "testnet-ab-old-limits-uniform.toml",
+        "testnet-ab-new-limits-uniform.toml",
+    ] {
+        let s = shipped(name);
+        let [lo, hi] = s
+            .reference
+            .busiest_pct
+            .expect("the arm has a reference share");
+        let share = 100.0
+            * run(&s, SEED)
+                .summary
+                .first_read_share
+                .two_gets_round_mean_top;
+        assert!(
+            (lo..=hi).contains(&share),
+            "{name}: {share:.1} % outside the reference's {lo}–{hi} %"
+        );
+    }
+}

@@ -438,6 +438,7 @@ impl Exchange {
             body: Bytes::new(),
             status: None,
             refusal: None,
+            block: false,
             close: Close::KeepOpen,
         })
     }

@@ -977,6 +977,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             body: Bytes::new(),
             status: Some(Status::ServiceUnavailable.code()),
             refusal: Some(refusal.reason),
+            block: false,
             close: Close::Linger,
         }
     }
@@ -1030,6 +1031,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             body,
             status: Some(kind.status().code()),
             refusal: None,
+            block: matches!(kind, ResponseKind::Block { .. }),
             close,
         }
     }

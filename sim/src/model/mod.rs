@@ -3,3 +3,4 @@
 pub mod content;
 pub mod node;
 pub mod reader;
+pub mod routing;

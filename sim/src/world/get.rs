@@ -25,6 +25,12 @@ impl World<'_> {
         };
         let (r, block) = (rs.reader, rs.block);
         let hedged = !rs.gets.is_empty();
+        if rs.opening_sent < 2 {
+            rs.opening_sent += 1;
+            let round = self.downloads[rs.download as usize].round;
+            self.metrics
+                .opening_get(round as usize, block as usize, node as usize);
+        }
         if !rs.first_sent {
             rs.first_sent = true;
             let round = self.downloads[rs.download as usize].round;

@@ -191,6 +191,8 @@ struct ReadState {
     started: Instant,
     gets: Vec<(GetId, Handle)>,
     first_sent: bool,
+    /// GETs this read has sent (counted up to two, for the opening-GET share).
+    opening_sent: u8,
     armed: Option<Instant>,
     /// Seeds this read's lookup misses; bumped per lookup.
     lookup_salt: u64,
@@ -295,6 +297,8 @@ pub struct World<'s> {
     read_config: ReadConfig,
     reads_seed: u64,
     lookup_seed: u64,
+    /// Per-reader and per-node routing tables (`client.routing = "kademlia"`).
+    routing: Option<crate::model::routing::Routing>,
     read_count: u64,
     timeline: Vec<Step>,
     downloads_total: u64,
@@ -312,22 +316,15 @@ impl<'s> World<'s> {
     pub fn new(s: &'s Scenario, seed: u64, trace: Trace, extra_faults: &[Fault]) -> Self {
         let nodes_n = s.cluster.nodes;
         let blocks = s.blocks();
+        let placement = s.cluster.placement_seed.unwrap_or(seed);
         let content = Content::new(
             nodes_n,
             blocks,
             s.cluster.close_group as usize,
-            child_seed(seed, "node-ids"),
-            child_seed(seed, "block-keys"),
+            child_seed(placement, "node-ids"),
+            child_seed(placement, "block-keys"),
         );
-        // NAT nodes: a seeded partial Fisher-Yates pick.
-        let mut nat = vec![false; nodes_n as usize];
-        let mut idx: Vec<u32> = (0..nodes_n).collect();
-        let mut rng = seeded(child_seed(seed, "nat"));
-        for i in 0..s.cluster.nat_nodes as usize {
-            let j = i + (rng.next_u64() % (idx.len() - i) as u64) as usize;
-            idx.swap(i, j);
-            nat[idx[i] as usize] = true;
-        }
+        let nat = nat_nodes(s, seed);
         let rate = s.cluster.upload_mbps * 1e6 / 8.0;
         let cap = match s.network.transfer_mbps {
             x if x > 0.0 => x * 1e6 / 8.0,
@@ -374,6 +371,24 @@ impl<'s> World<'s> {
             read_config: read_config(s),
             reads_seed: child_seed(seed, "reads"),
             lookup_seed: child_seed(seed, "lookups"),
+            routing: (s.client.routing == crate::scenario::RoutingModel::Kademlia).then(|| {
+                let mut rng = seeded(child_seed(seed, "reader-ids"));
+                let reader_ids: Vec<[u8; 32]> = (0..s.readers.count)
+                    .map(|_| {
+                        let mut b = [0u8; 32];
+                        rng.fill_bytes(&mut b);
+                        b
+                    })
+                    .collect();
+                let b = s.client.bucket_size as usize;
+                crate::model::routing::Routing::new(
+                    &reader_ids,
+                    &content.ids,
+                    b,
+                    b,
+                    child_seed(seed, "routing"),
+                )
+            }),
             read_count: 0,
             timeline,
             downloads_total: u64::from(r.count) * u64::from(r.rounds),
@@ -577,6 +592,35 @@ impl<'s> World<'s> {
         }
         self.reschedule_uplink(n);
     }
+}
+
+/// Which nodes sit behind NAT in a run with `seed`: a partial Fisher-Yates pick of
+/// `cluster.nat_nodes` of them, seeded by the placement seed (`cluster.placement_seed`,
+/// else the run seed).
+pub fn nat_nodes(s: &Scenario, seed: u64) -> Vec<bool> {
+    let seed = s.cluster.placement_seed.unwrap_or(seed);
+    let nodes_n = s.cluster.nodes;
+    let mut nat = vec![false; nodes_n as usize];
+    let mut idx: Vec<u32> = (0..nodes_n).collect();
+    let mut rng = seeded(child_seed(seed, "nat"));
+    for i in 0..s.cluster.nat_nodes as usize {
+        let j = i + (rng.next_u64() % (idx.len() - i) as u64) as usize;
+        idx.swap(i, j);
+        nat[idx[i] as usize] = true;
+    }
+    nat
+}
+
+/// Blocks every one of whose holders is behind NAT under `seed`: no reader can fetch them,
+/// so the downloads that need them cannot complete, by the model and not by a bug.
+pub fn unreachable_blocks(s: &Scenario, seed: u64, holders: &[Vec<u32>]) -> Vec<u32> {
+    let nat = nat_nodes(s, seed);
+    holders
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| !h.is_empty() && h.iter().all(|&n| nat[n as usize]))
+        .map(|(b, _)| b as u32)
+        .collect()
 }
 
 /// Runs `s` once with `opts`; the summary's `wall_seconds` is measured here.

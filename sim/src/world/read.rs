@@ -59,6 +59,7 @@ impl World<'_> {
             started: self.now,
             gets: Vec::new(),
             first_sent: false,
+            opening_sent: 0,
             armed: None,
             lookup_salt: indexed_seed(self.lookup_seed, self.read_count),
         });
@@ -154,7 +155,25 @@ impl World<'_> {
         let miss = (self.s.client.lookup_miss * (1u64 << 53) as f64) as u64;
         let hints = self.s.client.lookup_load_hints;
         let block = rs.block;
-        let peers: Vec<LookupPeer> = self.content.order[block as usize]
+        let walked;
+        let order: &[u32] = match &self.routing {
+            None => &self.content.order[block as usize],
+            Some(routing) => {
+                let nodes = &self.nodes;
+                let answers = |n: u32| {
+                    nodes[n as usize].reachable() && nodes[n as usize].health == Health::Up
+                };
+                walked = routing.lookup(
+                    rs.reader,
+                    &self.content.keys[block as usize],
+                    &self.content.ids,
+                    self.s.client.lookup_rtts,
+                    &answers,
+                );
+                &walked
+            }
+        };
+        let peers: Vec<LookupPeer> = order
             .iter()
             .filter(|&&n| miss == 0 || mix(salt ^ u64::from(n)) >> 11 >= miss)
             .map(|&n| (n, self.content.ids[n as usize]))
