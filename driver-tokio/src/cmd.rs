@@ -176,7 +176,11 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let ip = plan.listen.ip();
     let local_ip = (!ip.is_unspecified()).then_some(ip);
     let client = client(&plan.config, clock, metrics.clone(), local_ip)?;
-    let store = FileStore::new(&plan.store, DEFAULT_MAX_BLOCK_SIZE);
+    let store = FileStore::with_cache(
+        &plan.store,
+        DEFAULT_MAX_BLOCK_SIZE,
+        plan.config.listener.block_cache_bytes,
+    );
     let source: Arc<dyn BlockSource> = if plan.config.listener.relay {
         let mut upstream = client_options(&plan.config, clock, metrics.clone(), local_ip);
         upstream.peers.breaker = None;

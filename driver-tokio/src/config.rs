@@ -227,6 +227,9 @@ pub struct ListenerConfig {
     pub relay: bool,
     /// Relays stop at this hop count (default 3; 1 or more).
     pub max_hop: u32,
+    /// Bytes of hot blocks the store keeps in memory (default 256 MiB; 0 turns the cache
+    /// off; a block above an eighth of it is never cached).
+    pub block_cache_bytes: u64,
 }
 
 impl Default for ListenerConfig {
@@ -249,6 +252,7 @@ impl Default for ListenerConfig {
             refusal_head_timeout: DEFAULT_REFUSAL_HEAD_TIMEOUT,
             relay: true,
             max_hop: RelayConfig::default().max_hop,
+            block_cache_bytes: crate::source::DEFAULT_CACHE_BYTES,
         }
     }
 }

@@ -165,6 +165,16 @@ fn listener_server_keys_set_the_server_deadlines_and_relay() {
 }
 
 #[test]
+fn listener_block_cache_bytes_sets_the_store_cache() {
+    let config = parse("[listener]\nblock_cache_bytes = 1048576\n").unwrap();
+    assert_eq!(config.listener.block_cache_bytes, 1 << 20);
+    assert_eq!(
+        parse("").unwrap().listener.block_cache_bytes,
+        peerblock_tokio::source::DEFAULT_CACHE_BYTES
+    );
+}
+
+#[test]
 fn client_read_and_roster_keys_reach_core_configs() {
     let config = parse(
         "[client]\ndial_timeout = \"2s\"\nmax_body = 1000\npool_idle_per_peer = 8\n\
