@@ -555,3 +555,20 @@ fn not_found_from_peers_past_dead_holders_is_not_absence() {
     });
     assert_eq!(done(&seen), Some(ReadOutcome::Absent));
 }
+
+#[test]
+fn every_read_outcome_has_its_documented_name() {
+    use peerblock_core::bytes::Bytes;
+    use peerblock_core::read::ReadOutcome;
+    let named = [
+        (ReadOutcome::Found(Bytes::new()), "found"),
+        (ReadOutcome::FoundAtOrigin(Bytes::new()), "origin"),
+        (ReadOutcome::Absent, "absent"),
+        (ReadOutcome::Busy, "busy"),
+        (ReadOutcome::Unavailable, "unavailable"),
+        (ReadOutcome::Cancelled, "cancelled"),
+    ];
+    for (outcome, name) in named {
+        assert_eq!(outcome.name(), name, "{outcome:?}");
+    }
+}

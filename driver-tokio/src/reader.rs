@@ -164,14 +164,7 @@ pub struct ReadResult {
 /// The name of a read outcome, as printed and counted (`peerblock_read_outcomes`):
 /// `found`, `origin`, `absent`, `busy`, `unavailable`, `cancelled`.
 pub fn outcome_name(o: &ReadOutcome) -> &'static str {
-    match o {
-        ReadOutcome::Found(_) => "found",
-        ReadOutcome::FoundAtOrigin(_) => "origin",
-        ReadOutcome::Absent => "absent",
-        ReadOutcome::Busy => "busy",
-        ReadOutcome::Unavailable => "unavailable",
-        ReadOutcome::Cancelled => "cancelled",
-    }
+    o.name()
 }
 
 /// Messages from a read's tasks to its loop. At most [`MAX_GETS_IN_FLIGHT`] GET tasks,

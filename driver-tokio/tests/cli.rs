@@ -2,38 +2,19 @@
 //! that stop before anything is served.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use peerblock_tokio::node::EXIT_USAGE;
 
-const BIN: &str = env!("CARGO_BIN_EXE_peerblock-node");
+mod common;
 
 /// Bound on one run of the binary: every command here ends on its own in milliseconds.
 const RUN_BOUND: Duration = Duration::from_secs(20);
 
-/// Runs the binary with `args`; killed (by its process id) past [`RUN_BOUND`].
+/// Runs the binary with `args`, bounded by [`RUN_BOUND`].
 fn run(args: &[&str]) -> Output {
-    let child = Command::new(BIN)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn peerblock-node");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(RUN_BOUND) {
-        Ok(out) => out.expect("wait for peerblock-node"),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("peerblock-node {args:?} ran past {RUN_BOUND:?}");
-        }
-    }
+    common::procs::run(args, RUN_BOUND)
 }
 
 fn text(b: &[u8]) -> String {

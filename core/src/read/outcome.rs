@@ -63,6 +63,19 @@ pub enum ReadOutcome {
 }
 
 impl ReadOutcome {
+    /// The outcome's name, as drivers print and count it: `found`, `origin`, `absent`,
+    /// `busy`, `unavailable`, `cancelled`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReadOutcome::Found(_) => "found",
+            ReadOutcome::FoundAtOrigin(_) => "origin",
+            ReadOutcome::Absent => "absent",
+            ReadOutcome::Busy => "busy",
+            ReadOutcome::Unavailable => "unavailable",
+            ReadOutcome::Cancelled => "cancelled",
+        }
+    }
+
     /// The record's bytes, if the read found it anywhere.
     pub fn bytes(&self) -> Option<&Bytes> {
         match self {

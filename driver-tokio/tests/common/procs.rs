@@ -152,6 +152,7 @@ pub fn wait_bounded(child: &mut Child, bound: Duration) -> bool {
 pub fn run(args: &[&str], bound: Duration) -> Output {
     let child = Command::new(BIN)
         .args(args)
+        .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -245,14 +245,7 @@ impl World<'_> {
                 false
             }
         };
-        let name = match outcome {
-            ReadOutcome::Found(_) => "found",
-            ReadOutcome::FoundAtOrigin(_) => "origin",
-            ReadOutcome::Absent => "absent",
-            ReadOutcome::Busy => "busy",
-            ReadOutcome::Unavailable => "unavailable",
-            ReadOutcome::Cancelled => "cancelled",
-        };
+        let name = outcome.name();
         trace!(
             self.trace,
             self.now,
