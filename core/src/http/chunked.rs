@@ -435,6 +435,25 @@ mod tests {
         );
     }
 
+    /// Rule: a bare LF ends no line of the framing: after a chunk size (with or without
+    /// whitespace after it) and inside a trailer value it is a `BareLineEnding`, not a
+    /// malformed size line or trailer.
+    #[test]
+    fn bare_lf_after_a_size_or_in_a_trailer_is_a_bare_line_ending() {
+        for input in [
+            &b"1\nx\r\n0\r\n\r\n"[..],
+            b"1 \nx\r\n0\r\n\r\n",
+            b"0\r\nX: a\nb\r\n\r\n",
+            b"0\r\nX: a\n\r\n",
+        ] {
+            assert_eq!(
+                run(input, 10),
+                Err(ChunkedError::BareLineEnding),
+                "{input:?}"
+            );
+        }
+    }
+
     /// Rule: a trailer line starting with whitespace (obs-fold) is refused even when the
     /// rest of it would be a valid field.
     #[test]
