@@ -365,6 +365,42 @@ mod tests {
         );
     }
 
+    /// Rule (module docs): an observer sees what the next request would see. A probe round
+    /// that has begun (stored half-open, nothing in flight) is half-open and admitting,
+    /// whatever cooldown its failure would apply, also before that cooldown's length has
+    /// passed since the clock's zero.
+    #[test]
+    fn a_fresh_probe_round_is_seen_half_open_by_observers_as_by_requests() {
+        let cfg = BreakerConfig {
+            backoff: Some(Backoff {
+                max_cooldown: Duration::from_secs(60),
+                seed: 1,
+            }),
+            ..BreakerConfig::default()
+        };
+        let mut rng = crate::rng::seeded(3);
+        let opened_until = Instant::ZERO + cfg.cooldown;
+        let mut e = Entry {
+            generation: 1,
+            phase: Phase::Open {
+                until: opened_until,
+            },
+            // Two failed rounds: this round's failure would apply 20 to 40 s, longer than
+            // the time since the clock's zero.
+            failed_rounds: 2,
+        };
+        let now = opened_until;
+        e.settle(now, &cfg, Some(&mut rng));
+        assert!(
+            matches!(e.phase, Phase::HalfOpen { in_flight: 0, reopen_cooldown, .. }
+                if reopen_cooldown > now - Instant::ZERO),
+            "{:?}",
+            e.phase
+        );
+        assert_eq!(e.view(now, &cfg), View::HalfOpen { can_admit: true });
+        assert_eq!(e.admit(now, &cfg), Ok(true), "the request sees the same");
+    }
+
     /// Rule (docs/breaker.md, `backoff`): the grown cooldown is drawn *uniformly* from
     /// `[max(cooldown, target/2), target]`: over many seeded draws every tenth of the range
     /// gets its share, both ends are reached, and the mean sits in the middle.
