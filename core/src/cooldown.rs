@@ -303,6 +303,52 @@ mod tests {
         assert!(tab.is_empty());
     }
 
+    /// Rule: a newcomer to a full table is dropped only if it expires *before* everything
+    /// held; on a tie with the earliest entry it replaces that entry (the latest
+    /// observation wins).
+    #[test]
+    fn eviction_tie_keeps_the_newcomer() {
+        let mut tab = table(2);
+        tab.record(t(0), "a", REFUSED); // until 15
+        tab.record(t(0), "dead", DialOutcome::Failed);
+        tab.record(t(0), "b", REFUSED); // until 15: ties with "a"
+        assert_eq!(tab.len(), 2);
+        assert!(tab.is_suppressed(t(1), &"b"), "the newcomer is held");
+        assert!(
+            !tab.is_suppressed(t(1), &"a"),
+            "the old entry of the tie went"
+        );
+        assert!(tab.is_suppressed(t(1), &"dead"));
+    }
+
+    /// Rule: the table reports the configuration it was built with.
+    #[test]
+    fn config_is_the_one_given() {
+        let config = CooldownConfig {
+            refused: Duration::from_secs(3),
+            failed: Duration::from_secs(600),
+            max_retry_after: Duration::from_secs(9),
+            capacity: 7,
+        };
+        let tab = CooldownTable::<u32>::new(config.clone()).unwrap();
+        assert_eq!(tab.config(), &config);
+        assert_ne!(tab.config(), &CooldownConfig::default());
+    }
+
+    /// Rule: `is_empty` is true exactly when no entry is held (ended ones count until
+    /// purged, like `len`).
+    #[test]
+    fn is_empty_tracks_held_entries() {
+        let mut tab = table(4);
+        assert!(tab.is_empty());
+        tab.record(t(0), "a", REFUSED);
+        assert!(!tab.is_empty());
+        assert!(!tab.is_suppressed(t(20), &"a"));
+        assert!(!tab.is_empty(), "ended but not purged");
+        tab.purge(t(20));
+        assert!(tab.is_empty());
+    }
+
     #[test]
     fn zero_capacity_is_a_config_error() {
         let r = CooldownTable::<u32>::new(CooldownConfig {

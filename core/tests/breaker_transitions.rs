@@ -171,3 +171,59 @@ fn docs_embed_the_rendered_state_diagram() {
         render_state_diagram()
     );
 }
+
+/// Rule: the rendered table (what the doc check compares) has its header, its separator and
+/// one row per transition, each row's four cells being that transition's states, event and
+/// effect; so an empty or partial rendering cannot satisfy `docs_embed_the_rendered_*`.
+#[test]
+fn rendered_transition_table_has_one_full_row_per_transition() {
+    let table = render_transition_table();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), TRANSITIONS.len() + 2, "{table}");
+    assert_eq!(lines[0], "| from | event | to | effect |");
+    assert_eq!(lines[1], "|---|---|---|---|");
+    for (line, t) in lines[2..].iter().zip(TRANSITIONS) {
+        let cells: Vec<&str> = line
+            .strip_prefix("| ")
+            .and_then(|l| l.strip_suffix(" |"))
+            .unwrap_or_else(|| panic!("not a table row: {line}"))
+            .split(" | ")
+            .collect();
+        let from = t.from.to_string();
+        let to = t.to.to_string();
+        assert_eq!(cells, [&from, t.event.describe(), &to, t.effect], "{line}");
+        assert!(cells.iter().all(|c| !c.trim().is_empty()), "{line}");
+    }
+}
+
+/// Rule: every event has its own non-empty description, and an event displays as it.
+#[test]
+fn events_are_described_distinctly_and_display_as_described() {
+    let mut seen = std::collections::HashSet::new();
+    for t in TRANSITIONS {
+        let d = t.event.describe();
+        assert!(!d.trim().is_empty(), "{:?}", t.event);
+        assert_eq!(t.event.to_string(), d);
+        seen.insert((t.event, d));
+    }
+    let events: std::collections::HashSet<_> = seen.iter().map(|(e, _)| *e).collect();
+    let texts: std::collections::HashSet<_> = seen.iter().map(|(_, d)| *d).collect();
+    assert_eq!(events.len(), texts.len(), "two events share a description");
+    assert!(events.len() > 10, "the table names every event");
+}
+
+/// Rule: the rendered diagram starts at closed and has one edge per state-changing
+/// transition, labelled with that transition's event.
+#[test]
+fn rendered_state_diagram_has_one_edge_per_state_change() {
+    let diagram = render_state_diagram();
+    let lines: Vec<&str> = diagram.lines().collect();
+    let changes: Vec<_> = TRANSITIONS.iter().filter(|t| t.from != t.to).collect();
+    assert_eq!(lines.len(), changes.len() + 2, "{diagram}");
+    assert_eq!(lines[..2], ["stateDiagram-v2", "    [*] --> Closed"]);
+    for (line, t) in lines[2..].iter().zip(&changes) {
+        let label = t.event.describe().replace('`', "");
+        assert!(!label.is_empty());
+        assert_eq!(*line, format!("    {:?} --> {:?}: {label}", t.from, t.to));
+    }
+}

@@ -404,6 +404,44 @@ fn pipelining_depth_is_bounded_per_session_by_back_pressure_not_refusal() {
     assert_released(&adm);
 }
 
+/// Rule: the pipelining depth served at once is the admission's configured
+/// `max_requests_per_session`, whatever it is (not the default of 2); the rest wait.
+#[test]
+fn pipelining_depth_follows_the_configured_requests_per_session() {
+    for depth in [1usize, 3] {
+        let mut adm = admission(AdmissionConfig {
+            max_requests_per_session: depth,
+            ..AdmissionConfig::default()
+        });
+        let mut conn = accept(&mut adm, 1, config());
+        let mut four = Vec::new();
+        for n in 1..=4 {
+            four.extend(get(path(n), ""));
+        }
+        input(&mut conn, &mut adm, &four);
+        let first = fetch_ids(&events(&mut conn));
+        assert_eq!(
+            first.len(),
+            depth,
+            "depth {depth}: the rest wait in the buffer"
+        );
+        assert_eq!(adm.requests(), depth);
+        conn.handle_source(T0, &mut adm, first[0].0, SourceResult::Miss)
+            .unwrap();
+        let _ = conn.poll_transmit(T0).unwrap();
+        conn.handle_transmitted(T0, &mut adm);
+        let next = fetch_ids(&events(&mut conn));
+        assert_eq!(
+            next.len(),
+            1,
+            "depth {depth}: one finished, one more begins"
+        );
+        assert_eq!(next[0].1.path, path(u8::try_from(depth).unwrap() + 1));
+        conn.close(T0, &mut adm);
+        assert_released(&adm);
+    }
+}
+
 // ---- admission and refusal ----
 
 fn small_limits() -> AdmissionConfig {

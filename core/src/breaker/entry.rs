@@ -364,4 +364,94 @@ mod tests {
             Duration::from_secs(5)
         );
     }
+
+    /// Rule (module docs): an observer sees what the next request would see. A probe round
+    /// that has begun (stored half-open, nothing in flight) is half-open and admitting,
+    /// whatever cooldown its failure would apply, also before that cooldown's length has
+    /// passed since the clock's zero.
+    #[test]
+    fn a_fresh_probe_round_is_seen_half_open_by_observers_as_by_requests() {
+        let cfg = BreakerConfig {
+            backoff: Some(Backoff {
+                max_cooldown: Duration::from_secs(60),
+                seed: 1,
+            }),
+            ..BreakerConfig::default()
+        };
+        let mut rng = crate::rng::seeded(3);
+        let opened_until = Instant::ZERO + cfg.cooldown;
+        let mut e = Entry {
+            generation: 1,
+            phase: Phase::Open {
+                until: opened_until,
+            },
+            // Two failed rounds: this round's failure would apply 20 to 40 s, longer than
+            // the time since the clock's zero.
+            failed_rounds: 2,
+        };
+        let now = opened_until;
+        e.settle(now, &cfg, Some(&mut rng));
+        assert!(
+            matches!(e.phase, Phase::HalfOpen { in_flight: 0, reopen_cooldown, .. }
+                if reopen_cooldown > now - Instant::ZERO),
+            "{:?}",
+            e.phase
+        );
+        assert_eq!(e.view(now, &cfg), View::HalfOpen { can_admit: true });
+        assert_eq!(e.admit(now, &cfg), Ok(true), "the request sees the same");
+    }
+
+    /// Rule (docs/breaker.md, `backoff`): the grown cooldown is drawn *uniformly* from
+    /// `[max(cooldown, target/2), target]`: over many seeded draws every tenth of the range
+    /// gets its share, both ends are reached, and the mean sits in the middle.
+    #[test]
+    fn backoff_jitter_is_uniform_over_the_whole_range() {
+        let cfg = BreakerConfig {
+            backoff: Some(Backoff {
+                max_cooldown: Duration::from_secs(60),
+                seed: 1,
+            }),
+            ..BreakerConfig::default()
+        };
+        let mut rng = crate::rng::seeded(7);
+        // (failed rounds so far, low, target): 5 s x 2^(rounds+1), capped at 60 s.
+        for (rounds, low, target) in [(0, 5, 10), (2, 20, 40), (9, 30, 60)] {
+            let (low, target) = (Duration::from_secs(low), Duration::from_secs(target));
+            let span = (target - low).as_nanos();
+            const DRAWS: u32 = 4000;
+            const BINS: usize = 10;
+            let mut bins = [0u32; BINS];
+            let (mut min, mut max, mut sum) = (target, low, 0u128);
+            for _ in 0..DRAWS {
+                let d = reopen_cooldown(&cfg, Some(&mut rng), rounds);
+                assert!(
+                    d >= low && d <= target,
+                    "{d:?} outside [{low:?}, {target:?}]"
+                );
+                let off = (d - low).as_nanos();
+                bins[usize::try_from(off * BINS as u128 / (span + 1)).unwrap()] += 1;
+                (min, max, sum) = (min.min(d), max.max(d), sum + off);
+            }
+            // Expected 400 per bin, standard deviation 19: 300..500 is over 5 sigma.
+            for (i, n) in bins.iter().enumerate() {
+                assert!(
+                    (300..=500).contains(n),
+                    "rounds {rounds}: bin {i} has {n}: {bins:?}"
+                );
+            }
+            assert!(
+                min - low < (target - low) / 100,
+                "rounds {rounds}: min {min:?}"
+            );
+            assert!(
+                target - max < (target - low) / 100,
+                "rounds {rounds}: max {max:?}"
+            );
+            let mean = sum / u128::from(DRAWS);
+            assert!(
+                mean.abs_diff(span / 2) < span / 50,
+                "rounds {rounds}: mean offset {mean} ns of {span}"
+            );
+        }
+    }
 }

@@ -192,16 +192,17 @@ impl ChunkedDecoder {
                 b'\n' => SizeStart,
                 _ => return Err(ChunkedError::BareLineEnding),
             },
-            TrailerStart => {
-                self.count_trailer()?;
-                match b {
-                    b'\r' => EndLf,
-                    b'\n' => return Err(ChunkedError::BareLineEnding),
-                    b if is_tchar(b) => TrailerName,
-                    // Includes SP/HTAB: an obs-fold continuation line.
-                    _ => return Err(ChunkedError::InvalidTrailer),
+            TrailerStart => match b {
+                // The empty line ending the body is not part of the trailer section.
+                b'\r' => EndLf,
+                b'\n' => return Err(ChunkedError::BareLineEnding),
+                b if is_tchar(b) => {
+                    self.count_trailer()?;
+                    TrailerName
                 }
-            }
+                // Includes SP/HTAB: an obs-fold continuation line.
+                _ => return Err(ChunkedError::InvalidTrailer),
+            },
             TrailerName => {
                 self.count_trailer()?;
                 match b {
@@ -368,6 +369,171 @@ mod tests {
         input.extend(std::iter::repeat_n(b'a', MAX_CHUNK_EXTENSION_BYTES));
         input.extend_from_slice(b"\r\nx\r\n0\r\n\r\n");
         assert_eq!(run(&input, 10), Err(ChunkedError::ExtensionTooLong));
+    }
+
+    /// Rule: chunk sizes are hex digits of either case (RFC 9112 §7.1: `HEXDIG` is
+    /// case-insensitive).
+    #[test]
+    fn lowercase_hex_chunk_sizes_decode() {
+        let (body, _) = run(b"a\r\n0123456789\r\n0\r\n\r\n", 100).unwrap();
+        assert_eq!(body, b"0123456789");
+        let mut input = b"fF\r\n".to_vec();
+        input.extend(std::iter::repeat_n(b'z', 0xff));
+        input.extend_from_slice(b"\r\n0\r\n\r\n");
+        assert_eq!(run(&input, 1000).unwrap().0.len(), 0xff);
+        let (body, _) = run(b"B\r\nhello world\r\n0\r\n\r\n", 100).unwrap();
+        assert_eq!(body, b"hello world");
+    }
+
+    /// Rule: a chunk extension of exactly [`MAX_CHUNK_EXTENSION_BYTES`] (everything after
+    /// the size digits up to the CR) is accepted; one byte more is refused.
+    #[test]
+    fn extension_of_exactly_the_maximum_length_is_accepted() {
+        let line = |ext_len: usize| {
+            let mut input = b"1;".to_vec();
+            input.extend(std::iter::repeat_n(b'a', ext_len - 1));
+            input.extend_from_slice(b"\r\nx\r\n0\r\n\r\n");
+            input
+        };
+        let (body, _) = run(&line(MAX_CHUNK_EXTENSION_BYTES), 10).unwrap();
+        assert_eq!(body, b"x");
+        assert_eq!(
+            run(&line(MAX_CHUNK_EXTENSION_BYTES + 1), 10),
+            Err(ChunkedError::ExtensionTooLong)
+        );
+    }
+
+    /// Rule: optional whitespace (BWS) around `;` and a tab inside an extension value are
+    /// accepted (RFC 9112 §7.1.1); the extension is ignored.
+    #[test]
+    fn whitespace_around_semicolon_and_tab_in_extension_are_accepted() {
+        for line in [
+            &b"1 ;name=val\r\n"[..],
+            b"1\t;name\r\n",
+            b"1; name=val\r\n",
+            b"1;\tname=val\r\n",
+            b"1 \t; \tname=\"a\tb\"\r\n",
+            b"1;name=a\tb\r\n",
+        ] {
+            let mut input = line.to_vec();
+            input.extend_from_slice(b"x\r\n0\r\n\r\n");
+            let got = run(&input, 10);
+            assert_eq!(got, Ok((b"x".to_vec(), input.len())), "{line:?}");
+        }
+    }
+
+    /// Rule: a chunk extension starts with a name (a token); `1;=x` has none.
+    #[test]
+    fn extension_without_a_name_is_refused() {
+        assert_eq!(
+            run(b"1;=x\r\na\r\n0\r\n\r\n", 10),
+            Err(ChunkedError::InvalidSizeLine)
+        );
+        assert_eq!(
+            run(b"1; =x\r\na\r\n0\r\n\r\n", 10),
+            Err(ChunkedError::InvalidSizeLine)
+        );
+    }
+
+    /// Rule: a bare LF ends no line of the framing: after a chunk size (with or without
+    /// whitespace after it) and inside a trailer value it is a `BareLineEnding`, not a
+    /// malformed size line or trailer.
+    #[test]
+    fn bare_lf_after_a_size_or_in_a_trailer_is_a_bare_line_ending() {
+        for input in [
+            &b"1\nx\r\n0\r\n\r\n"[..],
+            b"1 \nx\r\n0\r\n\r\n",
+            b"0\r\nX: a\nb\r\n\r\n",
+            b"0\r\nX: a\n\r\n",
+        ] {
+            assert_eq!(
+                run(input, 10),
+                Err(ChunkedError::BareLineEnding),
+                "{input:?}"
+            );
+        }
+    }
+
+    /// Rule: a trailer line starting with whitespace (obs-fold) is refused even when the
+    /// rest of it would be a valid field.
+    #[test]
+    fn trailer_line_starting_with_whitespace_is_refused() {
+        for input in [
+            &b"0\r\n x: 1\r\n\r\n"[..],
+            b"0\r\nX-T: 1\r\n folded: 2\r\n\r\n",
+            b"0\r\n\tx: 1\r\n\r\n",
+        ] {
+            assert_eq!(
+                run(input, 10),
+                Err(ChunkedError::InvalidTrailer),
+                "{input:?}"
+            );
+        }
+    }
+
+    /// Rule: a trailer field name is a non-empty token.
+    #[test]
+    fn trailer_field_with_an_empty_name_is_refused() {
+        for input in [
+            &b"0\r\n: v\r\n\r\n"[..],
+            b"0\r\n:v\r\n\r\n",
+            b"0\r\n::v\r\n\r\n",
+        ] {
+            assert_eq!(
+                run(input, 10),
+                Err(ChunkedError::InvalidTrailer),
+                "{input:?}"
+            );
+        }
+    }
+
+    /// Rule: the trailer section (its field lines with their CRLFs; the empty line ending
+    /// the body is not part of it) may hold exactly [`MAX_TRAILER_BYTES`]; one more byte
+    /// is refused.
+    #[test]
+    fn trailer_section_of_exactly_the_limit_is_accepted_and_one_byte_more_refused() {
+        // One field line of `len` bytes: "X:" + value + CRLF.
+        let body = |len: usize| {
+            let mut input = b"0\r\nX:".to_vec();
+            input.extend(std::iter::repeat_n(b'v', len - 4));
+            input.extend_from_slice(b"\r\n\r\n");
+            input
+        };
+        let exact = body(MAX_TRAILER_BYTES);
+        assert_eq!(run(&exact, 10), Ok((Vec::new(), exact.len())));
+        assert_eq!(
+            run(&body(MAX_TRAILER_BYTES + 1), 10),
+            Err(ChunkedError::TrailersTooLong)
+        );
+        // Several lines add up.
+        let mut two = b"0\r\n".to_vec();
+        for _ in 0..2 {
+            two.extend_from_slice(b"X:");
+            two.extend(std::iter::repeat_n(b'v', MAX_TRAILER_BYTES / 2 - 4));
+            two.extend_from_slice(b"\r\n");
+        }
+        two.extend_from_slice(b"\r\n");
+        assert_eq!(run(&two, 10), Ok((Vec::new(), two.len())));
+        two.insert(5, b'v');
+        assert_eq!(run(&two, 10), Err(ChunkedError::TrailersTooLong));
+    }
+
+    /// Rule: the decoder reports itself done exactly when the final empty line was read,
+    /// and consumes nothing after it.
+    #[test]
+    fn is_done_only_after_the_final_empty_line() {
+        let mut d = ChunkedDecoder::new(10);
+        let mut out = BytesMut::new();
+        let input = b"1\r\nx\r\n0\r\nT: v\r\n\r\nNEXT";
+        let end = input.len() - 4;
+        for (i, b) in input[..end].iter().enumerate() {
+            assert!(!d.is_done(), "done before byte {i}");
+            d.decode(std::slice::from_ref(b), &mut out).unwrap();
+        }
+        assert!(d.is_done());
+        assert_eq!(d.received(), 1);
+        let p = d.decode(b"NEXT", &mut out).unwrap();
+        assert_eq!((p.consumed, p.done), (0, true));
     }
 
     #[test]

@@ -95,7 +95,8 @@ pub const MAX_CHUNK_SIZE_DIGITS: u8 = 16;
 /// bounds the work a peer can make us do per chunk (httparse does not cap them at all).
 pub const MAX_CHUNK_EXTENSION_BYTES: usize = 1024;
 
-/// Most bytes of trailer section after the last chunk. Trailers are read and discarded
+/// Most bytes of trailer section after the last chunk: its field lines with their CRLFs
+/// (the empty line that ends the body is not part of it). Trailers are read and discarded
 /// (they never influence framing); the cap bounds that work.
 pub const MAX_TRAILER_BYTES: usize = 4 * 1024;
 

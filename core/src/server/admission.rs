@@ -844,6 +844,94 @@ mod tests {
         }
     }
 
+    /// Rule: idle entries are evicted only to make room in a *full* table, so a source
+    /// whose rate bucket is still draining keeps it while other sources come and go.
+    #[test]
+    fn idle_sources_are_evicted_only_when_the_table_is_full() {
+        let mut c = small();
+        c.rate = Some(RateLimit {
+            per_second: 1,
+            burst: 1,
+        });
+        let mut a = Admission::new(c).unwrap();
+        let mut s = a.open_session(T0, ip(1)).unwrap();
+        let r = a.begin_request(T0, &mut s).unwrap(); // drains ip(1)'s bucket
+        a.finish_request(T0, Some(&mut s), r);
+        a.close_session(T0, s);
+        assert_eq!(a.tracked_sources(), 1, "the draining bucket is remembered");
+        // Another source connects while the table (bound 4) has room.
+        let other = a.open_session(T0, ip(2)).unwrap();
+        assert_eq!(a.tracked_sources(), 2);
+        let mut s = a.open_session(T0, ip(1)).unwrap();
+        let e = a.begin_request(T0, &mut s).unwrap_err();
+        assert_eq!(
+            e.reason,
+            RefusalReason::Rate,
+            "ip(1) did not get a fresh bucket"
+        );
+        a.close_session(T0, s);
+        a.close_session(T0, other);
+    }
+
+    /// Rule: a source is forgotten only when it holds nothing: a request still open after
+    /// its session closed (even one with no bytes reserved yet) keeps the source's entry,
+    /// so the per-source byte budget still binds that request.
+    #[test]
+    fn a_source_with_an_open_request_is_remembered_after_its_session_closes() {
+        let mut a = Admission::new(small()).unwrap();
+        let mut s = a.open_session(T0, ip(1)).unwrap();
+        let mut r = a.begin_request(T0, &mut s).unwrap();
+        a.close_session(T0, s);
+        assert_eq!(a.tracked_sources(), 1, "the open request keeps the entry");
+        a.reserve_bytes(&mut r, 60).unwrap();
+        assert_eq!(a.source_inflight_bytes(&ip(1)), 60);
+        let mut s2 = a.open_session(T0, ip(1)).unwrap();
+        let mut r2 = a.begin_request(T0, &mut s2).unwrap();
+        let e = a.reserve_bytes(&mut r2, 1).unwrap_err();
+        assert_eq!(e.reason, RefusalReason::SourceInflightBytes);
+        a.finish_request(T0, None, r);
+        a.finish_request(T0, Some(&mut s2), r2);
+        a.close_session(T0, s2);
+        assert_eq!((a.sessions(), a.requests(), a.inflight_bytes()), (0, 0, 0));
+        assert_eq!(a.tracked_sources(), 0);
+    }
+
+    /// Rule: a session ticket counts the requests in progress on its session.
+    #[test]
+    fn session_ticket_counts_its_requests_in_progress() {
+        let mut a = Admission::new(small()).unwrap();
+        let mut s = a.open_session(T0, ip(1)).unwrap();
+        assert_eq!(s.requests(), 0);
+        let r1 = a.begin_request(T0, &mut s).unwrap();
+        assert_eq!(s.requests(), 1);
+        let r2 = a.begin_request(T0, &mut s).unwrap();
+        assert_eq!(s.requests(), 2);
+        a.finish_request(T0, Some(&mut s), r1);
+        assert_eq!(s.requests(), 1);
+        a.finish_request(T0, Some(&mut s), r2);
+        assert_eq!(s.requests(), 0);
+        a.close_session(T0, s);
+    }
+
+    /// Rule: a request ticket holds the sum of the bytes reserved for it, and a refused
+    /// reservation adds nothing.
+    #[test]
+    fn request_ticket_holds_the_bytes_reserved_for_it() {
+        let mut a = Admission::new(small()).unwrap();
+        let mut s = a.open_session(T0, ip(1)).unwrap();
+        let mut r = a.begin_request(T0, &mut s).unwrap();
+        a.reserve_bytes(&mut r, 25).unwrap();
+        assert_eq!(r.reserved_bytes(), 25);
+        a.reserve_bytes(&mut r, 10).unwrap();
+        assert_eq!(r.reserved_bytes(), 35);
+        assert!(a.reserve_bytes(&mut r, 26).is_err());
+        assert_eq!(r.reserved_bytes(), 35);
+        assert_eq!(a.inflight_bytes(), 35);
+        a.finish_request(T0, Some(&mut s), r);
+        assert_eq!(a.inflight_bytes(), 0);
+        a.close_session(T0, s);
+    }
+
     #[test]
     fn refusal_tokens_round_trip() {
         for r in RefusalReason::ALL {
