@@ -243,7 +243,7 @@ fn fetch_refuses_a_chunk_key_that_is_not_64_hex_digits() {
         "fetch",
         "abcd",
         "--seed",
-        "127.0.0.1:1",
+        "seed.test:1",
         "-o",
         &s.path("out"),
     ]);

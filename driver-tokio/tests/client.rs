@@ -525,10 +525,10 @@ fn a_header_that_cannot_be_sent_is_our_error_and_charges_nobody() {
 fn request_futures_can_be_spawned() {
     fn assert_send<T: Send>(_: &T) {}
     let c = client();
-    let peer = Peer::from_addr("127.0.0.1:1");
+    let peer = Peer::from_addr("peer.test:1");
     assert_send(&c.get(&peer, block()));
     assert_send(&c.get_validated(&peer, block(), 1, |_| true));
-    assert_send(&c.fetch_roster("127.0.0.1:1", None, None));
+    assert_send(&c.fetch_roster("peer.test:1", None, None));
 }
 
 #[tokio::test]

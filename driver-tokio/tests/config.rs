@@ -153,7 +153,7 @@ fn listener_server_keys_set_the_server_deadlines_and_relay() {
          linger = \"3s\"\nrefusal_head_timeout = \"750ms\"\nmax_hop = 5\n",
     )
     .unwrap();
-    let s = config.server_config("a", "127.0.0.1:1");
+    let s = config.server_config("a", "node-a.test:1");
     assert_eq!(s.idle_timeout, Duration::from_secs(61));
     assert_eq!(s.source_timeout, Duration::from_millis(2500));
     assert_eq!(s.send_timeout, Duration::from_secs(60));
@@ -161,7 +161,7 @@ fn listener_server_keys_set_the_server_deadlines_and_relay() {
     assert_eq!(s.refusal_head_timeout, Duration::from_millis(750));
     assert_eq!(s.relay.map(|r| r.max_hop), Some(5));
     let off = parse("[listener]\nrelay = false\n").unwrap();
-    assert!(off.server_config("a", "127.0.0.1:1").relay.is_none());
+    assert!(off.server_config("a", "node-a.test:1").relay.is_none());
 }
 
 #[test]

@@ -113,7 +113,7 @@ async fn a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one() 
         // it holds nothing) and two members with placement ids.
         let me = RosterMember {
             id: "reader".into(),
-            addr: "127.0.0.1:9".into(),
+            addr: "reader.test:9".into(),
             weight: 1.0,
         };
         let mut m = Membership::new(me, 1, 16).unwrap();

@@ -35,7 +35,7 @@ async fn the_roster_service_learns_members_and_identifies_itself() {
         .unwrap();
         let me = RosterMember {
             id: "n1".into(),
-            addr: "127.0.0.1:7171".into(),
+            addr: "node-1.test:7171".into(),
             weight: 1.0,
         };
         let membership = Arc::new(Mutex::new(Membership::new(me, 0, 64).unwrap()));
@@ -63,7 +63,7 @@ async fn the_roster_service_learns_members_and_identifies_itself() {
         let head = heads[0].to_ascii_lowercase();
         assert!(head.starts_with("get /peer/v1/roster http/1.1\r\n"), "{head}");
         assert!(head.contains("x-dart-node: n1\r\n"), "{head}");
-        assert!(head.contains("x-dart-peer-addr: 127.0.0.1:7171\r\n"), "{head}");
+        assert!(head.contains("x-dart-peer-addr: node-1.test:7171\r\n"), "{head}");
         assert!(metrics.render().contains("peerblock_roster_members 2"), "{}", metrics.render());
         service.shutdown().await;
     })
