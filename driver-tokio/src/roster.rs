@@ -48,6 +48,7 @@ pub fn peer_id_for_member(id: &str) -> PeerId {
 pub struct RosterService {
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
+    answers: watch::Receiver<u64>,
 }
 
 impl RosterService {
@@ -63,11 +64,20 @@ impl RosterService {
     ) -> Result<RosterService, RefreshConfigError> {
         let refresh = Refresh::new(client.now(), config, seed)?;
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(client, membership, refresh, stopped));
+        let (answered, answers) = watch::channel(0);
+        let task = tokio::spawn(run(client, membership, refresh, stopped, answered));
         Ok(RosterService {
             stop,
             task: Some(task),
+            answers,
         })
+    }
+
+    /// How many roster fetches have been answered and handed to the membership so far
+    /// (merged or failed), as a watch: lets a caller wait for the first round to land
+    /// (`answers().wait_for(|n| *n >= 1)`) instead of polling the table.
+    pub fn answers(&self) -> watch::Receiver<u64> {
+        self.answers.clone()
     }
 
     /// Stops the service: cancels the refresh and every fetch in flight, and waits for
@@ -93,6 +103,7 @@ async fn run(
     membership: SharedMembership,
     mut refresh: Refresh,
     mut stopped: watch::Receiver<bool>,
+    answered: watch::Sender<u64>,
 ) {
     let lock = || membership.lock().unwrap_or_else(|e| e.into_inner());
     let me = lock().me().clone();
@@ -163,6 +174,8 @@ async fn run(
                     AnswerOutcome::Ignored => {}
                 }
                 metrics.roster_members.set(m.len() as i64);
+                drop(m);
+                answered.send_modify(|n| *n += 1);
             }
             _ = async {
                 match deadline {

@@ -147,6 +147,9 @@ struct Shared {
     clock: Clock,
     metrics: Metrics,
     refusals: Arc<Semaphore>,
+    /// Woken whenever a connection is admitted, refused or closed
+    /// ([`ServerHandle::wait_until`]).
+    changed: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -209,6 +212,7 @@ impl Server {
                 clock: options.clock,
                 metrics: options.metrics,
                 refusals: Arc::new(Semaphore::new(MAX_REFUSAL_TASKS)),
+                changed: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -269,6 +273,22 @@ impl ServerHandle {
     /// lingering).
     pub fn sessions(&self) -> usize {
         self.shared.admission().sessions()
+    }
+
+    /// Resolves once `condition` holds, checking it now and again whenever a connection
+    /// is admitted, refused or closed: lets a test or a tool wait for a state of the
+    /// server (`h.sessions() == 2`, a metric reaching a count) without polling on a timer.
+    /// Bound it with a timeout if the state may never come.
+    pub async fn wait_until(&self, mut condition: impl FnMut(&ServerHandle) -> bool) {
+        loop {
+            let changed = self.shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if condition(self) {
+                return;
+            }
+            changed.await;
+        }
     }
 
     /// Stops accepting at once (the listener is closed), lets in-flight responses finish
@@ -337,6 +357,7 @@ fn on_accept(
     };
     if let Some(refusal) = machine.refused() {
         shared.metrics.refused(refusal.reason.as_token());
+        shared.changed.notify_waiters();
         match Arc::clone(&shared.refusals).try_acquire_owned() {
             Ok(permit) => {
                 tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused: answering its first request");
@@ -353,6 +374,7 @@ fn on_accept(
     }
     shared.metrics.connections_accepted.inc();
     shared.metrics.sessions_open.inc();
+    shared.changed.notify_waiters();
     tracing::debug!(%peer, "connection admitted");
     let conn = Conn::new(Arc::clone(shared), stream, peer, machine, true);
     tokio::spawn(serve(conn, phase.clone(), done.clone()));
@@ -772,5 +794,6 @@ impl Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         self.close();
+        self.shared.changed.notify_waiters();
     }
 }

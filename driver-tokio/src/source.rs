@@ -363,6 +363,8 @@ struct MemoryInner {
     blocks: Mutex<HashMap<BlockPath, Bytes>>,
     behaviour: Mutex<MemoryBehaviour>,
     fetches: AtomicU64,
+    /// Woken on every fetch ([`MemoryStore::wait_fetches`]).
+    fetched: tokio::sync::Notify,
 }
 
 impl MemoryStore {
@@ -395,6 +397,19 @@ impl MemoryStore {
         self.inner.fetches.load(Ordering::SeqCst)
     }
 
+    /// Resolves once the store has answered (or started answering) at least `n` fetches.
+    pub async fn wait_fetches(&self, n: u64) {
+        loop {
+            let fetched = self.inner.fetched.notified();
+            tokio::pin!(fetched);
+            fetched.as_mut().enable();
+            if self.fetches() >= n {
+                return;
+            }
+            fetched.await;
+        }
+    }
+
     fn lock_blocks(&self) -> std::sync::MutexGuard<'_, HashMap<BlockPath, Bytes>> {
         self.inner
             .blocks
@@ -413,6 +428,7 @@ impl MemoryStore {
 impl BlockSource for MemoryStore {
     fn fetch(&self, request: &SourceRequest) -> BlockFuture {
         self.inner.fetches.fetch_add(1, Ordering::SeqCst);
+        self.inner.fetched.notify_waiters();
         let behaviour = *self
             .inner
             .behaviour

@@ -47,12 +47,8 @@ async fn the_roster_service_learns_members_and_identifies_itself() {
         };
         let service = RosterService::start(client, Arc::clone(&membership), config, 3).unwrap();
         // Wait (bounded by the test's timeout) for the first round's answer to be merged.
-        loop {
-            if membership.lock().unwrap().addr("n3").is_some() {
-                break;
-            }
-            tokio::time::sleep(StdDuration::from_millis(5)).await;
-        }
+        let mut answers = service.answers();
+        answers.wait_for(|n| *n >= 1).await.expect("service running");
         {
             let m = membership.lock().unwrap();
             assert_eq!(m.addr("n3"), Some("10.0.0.3:7070"));

@@ -167,11 +167,10 @@ impl Client {
     }
 }
 
-/// Waits until the node holds `n` sessions (polling its admission, within the test bound).
+/// Waits until the node holds `n` sessions (woken by every admission and close, within
+/// the test bound).
 async fn sessions_become(handle: &ServerHandle, n: usize) {
-    while handle.sessions() != n {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    handle.wait_until(|h| h.sessions() == n).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -539,9 +538,9 @@ async fn refusals_beyond_the_refusal_task_bound_are_closed_at_once() {
                 .find_map(|l| l.strip_prefix(key))
                 .map_or(0, |n| n.parse::<usize>().unwrap())
         };
-        while refused_total(&handle) < MAX_REFUSAL_TASKS {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        handle
+            .wait_until(|h| refused_total(h) >= MAX_REFUSAL_TASKS)
+            .await;
         // One more is closed without an answer, long before any head wait could end.
         let started = std::time::Instant::now();
         let mut extra = Client::connect(addr).await;
@@ -656,9 +655,7 @@ async fn graceful_shutdown_finishes_an_inflight_response_then_refuses_connects()
         socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
         let mut c = Client::from_stream(socket.connect(addr).await.expect("connect"));
         c.send(get(&p).as_bytes()).await;
-        while store.fetches() == 0 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        store.wait_fetches(1).await;
         let stopping = tokio::spawn(handle.shutdown(Duration::from_secs(10)));
         let r = c.response().await;
         assert_eq!(r.status(), 200);
@@ -684,9 +681,7 @@ async fn shutdown_closes_connections_still_busy_after_the_grace_period() {
         let mut c =
             Client::from_stream(socket.connect(handle.local_addr()).await.expect("connect"));
         c.send(get(&p).as_bytes()).await;
-        while store.fetches() == 0 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        store.wait_fetches(1).await;
         let started = std::time::Instant::now();
         handle.shutdown(Duration::from_millis(200)).await;
         let took = started.elapsed();
