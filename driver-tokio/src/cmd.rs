@@ -24,7 +24,7 @@ use crate::manifest::{self, Manifest};
 use crate::metrics::{serve_metrics, Metrics};
 use crate::node::{FetchPlan, GetPlan, NodeError, ServePlan};
 use crate::progress::Progress;
-use crate::reader::{outcome_name, BlockSpec, PlacementDiscovery, Reader};
+use crate::reader::{BlockSpec, PlacementDiscovery, Reader};
 use crate::relay::RelaySource;
 use crate::roster::RosterService;
 use crate::server::{Server, ServerOptions};
@@ -400,7 +400,7 @@ async fn read_manifest(reader: &Reader, chunk: &ChunkKey) -> Result<Manifest, No
             other => {
                 return Err(NodeError::Failed(format!(
                     "manifest of {chunk}: {}",
-                    outcome_name(other)
+                    other.name()
                 )))
             }
         };
@@ -463,7 +463,7 @@ async fn read_blocks(
                     }
                     _ => None,
                 };
-                (index, outcome_name(&r.outcome), written)
+                (index, r.outcome.name(), written)
             });
         }
         let Some(joined) = tasks.join_next().await else {

@@ -161,12 +161,6 @@ pub struct ReadResult {
     pub elapsed: std::time::Duration,
 }
 
-/// The name of a read outcome, as printed and counted (`peerblock_read_outcomes`):
-/// `found`, `origin`, `absent`, `busy`, `unavailable`, `cancelled`.
-pub fn outcome_name(o: &ReadOutcome) -> &'static str {
-    o.name()
-}
-
 /// Messages from a read's tasks to its loop. At most [`MAX_GETS_IN_FLIGHT`] GET tasks,
 /// one lookup and one origin fetch run at once, each sending at most two messages.
 const READ_CHANNEL_BOUND: usize = 2 * MAX_GETS_IN_FLIGHT + 4;
@@ -308,14 +302,11 @@ impl Reader {
                     ReadEvent::Done(outcome) => {
                         drop(tasks);
                         let stats = read.stats();
-                        client
-                            .options()
-                            .metrics
-                            .read_outcome(outcome_name(&outcome));
+                        client.options().metrics.read_outcome(outcome.name());
                         if !matches!(outcome, ReadOutcome::Found(_)) {
                             served_by = None;
                         }
-                        tracing::debug!(path = %block.path, outcome = outcome_name(&outcome), ?stats, "read done");
+                        tracing::debug!(path = %block.path, outcome = outcome.name(), ?stats, "read done");
                         return ReadResult {
                             outcome,
                             stats,
