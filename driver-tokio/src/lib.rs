@@ -13,11 +13,11 @@
 //! | [`reader`] | `read::Read` | lookups through a [`reader::Discovery`], the read's GETs, its timers |
 //! | [`roster`] | `roster::Refresh` + one shared `roster::Membership` | periodic roster exchange |
 //! | [`relay`] | – | the relay-capable source: fetch on behalf from a parent or the origin, cache |
-//! | [`manifest`] | – | content addressing: import, manifests, block validation |
+//! | [`manifest`] | – | content addressing: import, manifests, block validation (re-exported from `peerblock-common`) |
 //! | [`node`] | – | the `peerblock-node` command line, its validation and its commands |
 //! | [`progress`] | – | progress of `import` and `fetch`: a bar on a terminal, lines otherwise |
-//! | [`config`] | – | the node's TOML configuration |
-//! | [`metrics`] | – | the Prometheus metrics |
+//! | [`config`] | – | the node's TOML configuration (re-exported from `peerblock-common`) |
+//! | [`metrics`] | – | the Prometheus metrics (kept in `peerblock-common`) and their admin endpoint |
 //!
 //! docs/architecture.md says how core's driving contract maps onto tokio; docs/node.md is
 //! the operator's manual for `peerblock-node`.
@@ -27,9 +27,8 @@
 use std::sync::{Arc, Mutex};
 
 pub mod client;
+pub use peerblock_common::{config, manifest};
 mod cmd;
-pub mod config;
-pub mod manifest;
 pub mod metrics;
 pub mod node;
 pub mod progress;

@@ -125,7 +125,7 @@ impl BlockSource for RelaySource {
 }
 
 async fn cache(store: &FileStore, path: peerblock_core::wire::BlockPath, bytes: Bytes) {
-    if let Err(e) = store.put(path, bytes).await {
+    if let Err(e) = crate::source::put(store, path, bytes).await {
         tracing::warn!(%path, error = %e, "relay: could not cache the block");
     }
 }

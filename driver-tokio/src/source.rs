@@ -1,42 +1,39 @@
-//! Where a server's blocks come from: the [`BlockSource`] trait, a file store
-//! ([`FileStore`]) and an in-memory store for tests ([`MemoryStore`]).
+//! Where a server's blocks come from: the [`BlockSource`] trait, the file store
+//! ([`FileStore`], kept in `peerblock-common` and shared with the mio driver; its layout is
+//! documented there) served through `spawn_blocking`, and an in-memory store for tests
+//! ([`MemoryStore`]).
 //!
-//! # File store layout
-//!
-//! A [`FileStore`] keeps one file per block:
-//!
-//! ```text
-//! <store>/<chunk-hex>/<index>
-//! ```
-//!
-//! - `<chunk-hex>` is the chunk key in canonical lower-case hex, exactly as
-//!   `ChunkKey`'s `Display` / `write_hex` writes it (and as it appears in the block path
-//!   `/peer/v1/block/<chunk-hex>/<index>`);
-//! - `<index>` is the block index in canonical decimal (no sign, no leading zeros but `0`);
-//! - the file's whole content is the block, nothing else (no header, no checksum: content
-//!   addressing is the manifest's business, see [`crate::manifest`]).
-//!
-//! Writes ([`FileStore::put`]) go to a temporary file in the chunk directory whose name
-//! starts with `.` (so it never parses as an index and is never served) and are renamed
-//! into place, so a reader sees either no block or the whole block. A block file larger
-//! than the store's `max_block_size` is never loaded: it is answered `Failed` (500) with a
-//! warning, so a stray large file cannot pin memory.
-//!
-//! Every file operation runs on `tokio::task::spawn_blocking`, never on a reactor thread.
+//! Every file operation runs on `tokio::task::spawn_blocking`, never on a reactor thread:
+//! [`FileStore`]'s reads through [`BlockSource::fetch`], its writes through [`put`].
 
-use std::collections::{HashMap, VecDeque};
-use std::fmt::Write as _;
+use std::collections::HashMap;
 use std::future::Future;
-use std::io::{self, Read as _, Write as _};
-use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use peerblock_core::bytes::Bytes;
-use peerblock_core::server::{SourceRequest, SourceResult, MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX};
+use peerblock_core::server::{SourceRequest, SourceResult};
 use peerblock_core::wire::BlockPath;
+
+pub use peerblock_common::store::{
+    FileStore, OpenBlock, Opened, StoreError, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BLOCK_SIZE,
+};
+
+/// Stores block `path` in `store` atomically ([`FileStore::put_blocking`]) on
+/// `spawn_blocking`, then keeps it in the store's hot-block cache. A block above the
+/// store's `max_block_size` is refused ([`StoreError::TooLarge`]).
+pub async fn put(store: &FileStore, path: BlockPath, bytes: Bytes) -> Result<(), StoreError> {
+    let writer = store.clone();
+    let file = store.file_of(&path);
+    let block = bytes.clone();
+    tokio::task::spawn_blocking(move || writer.put_blocking(&path, &block))
+        .await
+        .map_err(|_| StoreError::Task { path: file })??;
+    store.cache_insert(path, &bytes);
+    Ok(())
+}
 
 /// The future a [`BlockSource`] returns.
 pub type BlockFuture = Pin<Box<dyn Future<Output = SourceResult> + Send + 'static>>;
@@ -65,257 +62,12 @@ pub trait BlockSource: Send + Sync + 'static {
     }
 }
 
-/// Default [`FileStore`] bound on a block file's size: 64 MiB, the largest block core's
-/// default relay index bound is computed for (`MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX`), and the
-/// default node-wide in-flight byte budget, so one block can always be served.
-pub const DEFAULT_MAX_BLOCK_SIZE: u64 = MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX;
-
-/// A file store operation that failed, naming the file.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Creating, writing, syncing or renaming a block file failed.
-    #[error("writing block file {path}: {source}")]
-    Write {
-        /// The file (or directory) being written.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: io::Error,
-    },
-    /// The block is larger than the store's `max_block_size`: it could never be served.
-    #[error("block for {path} is {len} bytes, above the store's max block size {max}")]
-    TooLarge {
-        /// The block file it was meant for.
-        path: PathBuf,
-        /// The block's length.
-        len: u64,
-        /// The store's bound.
-        max: u64,
-    },
-    /// The blocking task running the operation panicked or was cancelled.
-    #[error("the blocking task writing {path} did not complete")]
-    Task {
-        /// The block file it was writing.
-        path: PathBuf,
-    },
-}
-
-/// Default size of a [`FileStore`]'s hot-block cache: 256 MiB. Many readers want the same
-/// blocks at once; serving a hot block from memory keeps the file read (and its hand-off
-/// to a blocking thread, about a third of the node's CPU at 4 KiB blocks) off the
-/// per-request path.
-pub const DEFAULT_CACHE_BYTES: u64 = 256 * 1024 * 1024;
-
-/// Blocks kept as files, one per block: `<root>/<chunk-hex>/<index>` (see the module
-/// docs), with a bounded in-memory cache of the blocks served or stored most recently.
-/// Cheap to clone (clones share the cache).
-///
-/// The cache is sound because the store is content-addressed: a block's bytes never
-/// change under its path (a [`put`](Self::put) replaces the cached copy too). A block
-/// file edited behind the node's back is served from the cache until evicted; readers
-/// validate every block end to end, so such a copy is rejected by them.
-#[derive(Clone, Debug)]
-pub struct FileStore {
-    root: Arc<PathBuf>,
-    max_block_size: u64,
-    cache: Arc<Mutex<BlockCache>>,
-}
-
-/// A FIFO-evicted map of blocks bounded by their total size. A block larger than an
-/// eighth of the bound is never cached, so one block cannot flush the rest.
-#[derive(Debug, Default)]
-struct BlockCache {
-    blocks: HashMap<BlockPath, Bytes>,
-    order: VecDeque<BlockPath>,
-    bytes: u64,
-    max_bytes: u64,
-}
-
-impl BlockCache {
-    fn get(&self, path: &BlockPath) -> Option<Bytes> {
-        self.blocks.get(path).cloned()
-    }
-
-    fn insert(&mut self, path: BlockPath, block: &Bytes) {
-        let len = block.len() as u64;
-        if self.max_bytes == 0 || len > self.max_bytes / 8 {
-            self.remove(&path);
-            return;
-        }
-        if let Some(old) = self.blocks.insert(path, block.clone()) {
-            self.bytes -= old.len() as u64;
-        } else {
-            self.order.push_back(path);
-        }
-        self.bytes += len;
-        while self.bytes > self.max_bytes {
-            let Some(oldest) = self.order.pop_front() else {
-                break;
-            };
-            if let Some(gone) = self.blocks.remove(&oldest) {
-                self.bytes -= gone.len() as u64;
-            }
-        }
-    }
-
-    fn remove(&mut self, path: &BlockPath) {
-        if let Some(gone) = self.blocks.remove(path) {
-            self.bytes -= gone.len() as u64;
-            self.order.retain(|p| p != path);
-        }
-    }
-}
-
-/// Makes temporary file names unique within the process (with the pid across processes).
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-impl FileStore {
-    /// A store rooted at `root` that never loads a block file above `max_block_size`
-    /// bytes ([`DEFAULT_MAX_BLOCK_SIZE`] is a sane value). The directory is created on the
-    /// first [`put`](Self::put); a missing root simply misses every block.
-    pub fn new(root: impl Into<PathBuf>, max_block_size: u64) -> Self {
-        Self::with_cache(root, max_block_size, DEFAULT_CACHE_BYTES)
-    }
-
-    /// [`new`](Self::new) with a hot-block cache of at most `cache_bytes` (0: no cache).
-    pub fn with_cache(root: impl Into<PathBuf>, max_block_size: u64, cache_bytes: u64) -> Self {
-        FileStore {
-            root: Arc::new(root.into()),
-            max_block_size,
-            cache: Arc::new(Mutex::new(BlockCache {
-                max_bytes: cache_bytes,
-                ..BlockCache::default()
-            })),
-        }
-    }
-
-    /// Bytes of blocks held in the cache now.
-    pub fn cached_bytes(&self) -> u64 {
-        self.lock_cache().bytes
-    }
-
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, BlockCache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The store's root directory.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// The store's bound on a block file's size.
-    pub fn max_block_size(&self) -> u64 {
-        self.max_block_size
-    }
-
-    /// The directory holding chunk `path.key`'s blocks: `<root>/<chunk-hex>`.
-    pub fn chunk_dir(&self, path: &BlockPath) -> PathBuf {
-        let mut hex = String::with_capacity(2 * path.key.as_bytes().len());
-        path.key
-            .write_hex(&mut hex)
-            .expect("writing to a String cannot fail");
-        self.root.join(hex)
-    }
-
-    /// The file holding block `path`: `<root>/<chunk-hex>/<index>`.
-    pub fn file_of(&self, path: &BlockPath) -> PathBuf {
-        let mut index = String::new();
-        write!(index, "{}", path.index).expect("writing to a String cannot fail");
-        self.chunk_dir(path).join(index)
-    }
-
-    /// Stores block `path` atomically (temporary file, `fsync`, rename), on
-    /// `spawn_blocking`. A block above `max_block_size` is refused ([`StoreError::TooLarge`]).
-    pub async fn put(&self, path: BlockPath, bytes: Bytes) -> Result<(), StoreError> {
-        let store = self.clone();
-        let file = self.file_of(&path);
-        let block = bytes.clone();
-        tokio::task::spawn_blocking(move || store.put_blocking(&path, &block))
-            .await
-            .map_err(|_| StoreError::Task { path: file })??;
-        self.lock_cache().insert(path, &bytes);
-        Ok(())
-    }
-
-    /// [`put`](Self::put) on the calling thread: for code already off the reactor (inside
-    /// `spawn_blocking`, or a plain thread such as an import tool).
-    pub fn put_blocking(&self, path: &BlockPath, bytes: &[u8]) -> Result<(), StoreError> {
-        let file = self.file_of(path);
-        let len = bytes.len() as u64;
-        if len > self.max_block_size {
-            return Err(StoreError::TooLarge {
-                path: file,
-                len,
-                max: self.max_block_size,
-            });
-        }
-        let dir = self.chunk_dir(path);
-        std::fs::create_dir_all(&dir).map_err(|source| StoreError::Write {
-            path: dir.clone(),
-            source,
-        })?;
-        let temp = dir.join(format!(
-            ".{}.tmp.{}.{}",
-            path.index,
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = (|| {
-            let mut f = std::fs::File::create(&temp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&temp, &file)
-        })();
-        written.map_err(|source| {
-            let _ = std::fs::remove_file(&temp);
-            StoreError::Write {
-                path: file.clone(),
-                source,
-            }
-        })
-    }
-
-    /// Reads block `path` on the calling thread (blocking): `Miss` if its file does not
-    /// exist, `Failed` (with a warning) on any other I/O error or a file above
-    /// `max_block_size`.
-    pub fn get_blocking(&self, path: &BlockPath) -> SourceResult {
-        let file = self.file_of(path);
-        let max = self.max_block_size;
-        let read = (|| -> io::Result<Result<Vec<u8>, u64>> {
-            let f = std::fs::File::open(&file)?;
-            let len = f.metadata()?.len();
-            if len > max {
-                return Ok(Err(len));
-            }
-            // Read at most max + 1 bytes: a file that grew since `metadata` is caught too.
-            let mut buf = Vec::with_capacity(len as usize);
-            f.take(max + 1).read_to_end(&mut buf)?;
-            if buf.len() as u64 > max {
-                return Ok(Err(buf.len() as u64));
-            }
-            Ok(Ok(buf))
-        })();
-        match read {
-            Ok(Ok(buf)) => SourceResult::Found(Bytes::from(buf)),
-            Ok(Err(len)) => {
-                tracing::warn!(file = %file.display(), len, max, "block file above the max block size: not served");
-                SourceResult::Failed
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => SourceResult::Miss,
-            Err(e) => {
-                tracing::warn!(file = %file.display(), error = %e, "reading block file failed");
-                SourceResult::Failed
-            }
-        }
-    }
-}
-
 impl BlockSource for FileStore {
     /// A cached block is answered at once (the server answers it in place, no task); any
     /// other is read on `spawn_blocking` and cached if found.
     fn fetch(&self, request: &SourceRequest) -> BlockFuture {
         let path = request.path;
-        if let Some(block) = self.lock_cache().get(&path) {
+        if let Some(block) = self.cached(&path) {
             return Box::pin(std::future::ready(SourceResult::Found(block)));
         }
         let store = self.clone();
@@ -328,7 +80,7 @@ impl BlockSource for FileStore {
                     SourceResult::Failed
                 });
             if let SourceResult::Found(block) = &result {
-                store.lock_cache().insert(path, block);
+                store.cache_insert(path, block);
             }
             result
         })
@@ -453,6 +205,9 @@ impl BlockSource for MemoryStore {
 mod tests {
     use super::*;
     use peerblock_core::wire::{ChunkKey, Hop};
+    use std::path::PathBuf;
+
+    static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
     fn request(path: BlockPath) -> SourceRequest {
         SourceRequest {
@@ -501,8 +256,7 @@ mod tests {
         // 8 KiB of cache: eight 1 KiB blocks fit (each at the 1/8 limit).
         let store = FileStore::with_cache(&root, 4096, 8 * 1024);
         for i in 0..12 {
-            store
-                .put(block_path(i), Bytes::from(vec![i as u8; 1024]))
+            put(&store, block_path(i), Bytes::from(vec![i as u8; 1024]))
                 .await
                 .unwrap();
             assert!(
@@ -526,13 +280,12 @@ mod tests {
     async fn a_block_above_an_eighth_of_the_cache_is_never_cached_and_zero_disables_it() {
         let root = scratch("cache-big");
         let store = FileStore::with_cache(&root, 4096, 8 * 1024);
-        store
-            .put(block_path(1), Bytes::from(vec![1; 1025]))
+        put(&store, block_path(1), Bytes::from(vec![1; 1025]))
             .await
             .unwrap();
         assert_eq!(store.cached_bytes(), 0);
         let off = FileStore::with_cache(&root, 4096, 0);
-        off.put(block_path(2), Bytes::from(vec![2; 10]))
+        put(&off, block_path(2), Bytes::from(vec![2; 10]))
             .await
             .unwrap();
         assert_eq!(
@@ -551,7 +304,9 @@ mod tests {
             key: ChunkKey::from_bytes(&[0x0a, 0xbc]).unwrap(),
             index: 17,
         };
-        store.put(path, Bytes::from_static(b"hello")).await.unwrap();
+        put(&store, path, Bytes::from_static(b"hello"))
+            .await
+            .unwrap();
         assert_eq!(store.file_of(&path), root.join("0abc").join("17"));
         let names: Vec<_> = std::fs::read_dir(root.join("0abc"))
             .unwrap()
@@ -584,10 +339,10 @@ mod tests {
             key: ChunkKey::from_bytes(&[2]).unwrap(),
             index: 3,
         };
-        big.put(path, Bytes::from(vec![7u8; 11])).await.unwrap();
+        put(&big, path, Bytes::from(vec![7u8; 11])).await.unwrap();
         assert_eq!(small.fetch(&request(path)).await, SourceResult::Failed);
         assert!(matches!(
-            small.put(path, Bytes::from(vec![7u8; 11])).await,
+            put(&small, path, Bytes::from(vec![7u8; 11])).await,
             Err(StoreError::TooLarge {
                 len: 11,
                 max: 10,

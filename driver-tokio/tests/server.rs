@@ -234,7 +234,9 @@ async fn round_trip_from_file_store_is_byte_exact() {
             })
             .collect();
         for (p, b) in &blocks {
-            store.put(*p, b.clone()).await.expect("put");
+            peerblock_tokio::source::put(&store, *p, b.clone())
+                .await
+                .expect("put");
         }
         // The documented layout: <store>/<chunk-hex>/<index>.
         let file = dir.0.join("ab".repeat(32)).join("2");

@@ -252,7 +252,7 @@ impl Default for ListenerConfig {
             refusal_head_timeout: DEFAULT_REFUSAL_HEAD_TIMEOUT,
             relay: true,
             max_hop: RelayConfig::default().max_hop,
-            block_cache_bytes: crate::source::DEFAULT_CACHE_BYTES,
+            block_cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
         }
     }
 }

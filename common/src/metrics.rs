@@ -1,0 +1,232 @@
+//! The node's metrics, kept with the `prometheus-client` crate and rendered in the
+//! Prometheus text format ([`Metrics::render`]). Both drivers update the same metrics;
+//! the `peerblock-node` binary serves them on its admin address.
+//!
+//! One [`Metrics`] is created per node and shared (`Arc`) by its server, client, reader and
+//! roster service; each part updates the metrics of what it does. Every metric name starts
+//! with `peerblock_`. docs/node.md lists them and says where they are served.
+
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// A label set with one `reason` label (why a connection was refused).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// The refusal reason's wire token (`sessions`, `source-sessions`, ...).
+    pub reason: String,
+}
+
+/// A label set with one `status` label (an HTTP status code).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct StatusLabel {
+    /// The status code.
+    pub status: u16,
+}
+
+/// A label set with one `outcome` label (how a read or a GET ended).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// The outcome class: for reads `found`, `origin`, `absent`, `busy`, `unavailable`,
+    /// `cancelled`; for GETs `ok`, `miss`, `refused`, `failed`, `invalid`, `cancelled`.
+    pub outcome: &'static str,
+}
+
+/// Every metric the node keeps. Cloning shares the same counters.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    /// Connections accepted and admitted (a session opened).
+    pub connections_accepted: Counter,
+    /// Connections refused at accept time, by refusal reason.
+    pub connections_refused: Family<ReasonLabel, Counter>,
+    /// Admitted connections open now.
+    pub sessions_open: Gauge<i64, AtomicI64>,
+    /// Responses written, by status (a refusal's `503` included).
+    pub requests: Family<StatusLabel, Counter>,
+    /// Block body bytes written.
+    pub bytes_served: Counter,
+    /// Response body bytes handed to sockets and not yet written, node-wide.
+    pub inflight_bytes: Gauge<i64, AtomicI64>,
+    /// Peers whose circuit is open in this node's client breaker.
+    pub breaker_open_peers: Gauge<i64, AtomicI64>,
+    /// Live entries in this node's client cooldown table.
+    pub cooldowns_live: Gauge<i64, AtomicI64>,
+    /// Reads finished, by outcome.
+    pub read_outcomes: Family<OutcomeLabel, Counter>,
+    /// GETs finished, by outcome class.
+    pub gets: Family<OutcomeLabel, Counter>,
+    /// GET latency in seconds, from the exchange's start to its outcome.
+    pub get_seconds: Histogram,
+    /// Members in this node's roster table.
+    pub roster_members: Gauge<i64, AtomicI64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Fresh metrics, registered under their `peerblock_` names.
+    pub fn new() -> Self {
+        let mut m = Metrics {
+            registry: Arc::new(Registry::default()),
+            connections_accepted: Counter::default(),
+            connections_refused: Family::default(),
+            sessions_open: Gauge::default(),
+            requests: Family::default(),
+            bytes_served: Counter::default(),
+            inflight_bytes: Gauge::default(),
+            breaker_open_peers: Gauge::default(),
+            cooldowns_live: Gauge::default(),
+            read_outcomes: Family::default(),
+            gets: Family::default(),
+            // 100 µs .. ~52 s in 20 doubling buckets: loopback hits to dial timeouts.
+            get_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
+            roster_members: Gauge::default(),
+        };
+        let mut registry = Registry::default();
+        let r = &mut registry;
+        let p = "peerblock";
+        r.register(
+            format!("{p}_connections_accepted"),
+            "Connections accepted and admitted",
+            m.connections_accepted.clone(),
+        );
+        r.register(
+            format!("{p}_connections_refused"),
+            "Connections refused at accept time, by reason",
+            m.connections_refused.clone(),
+        );
+        r.register(
+            format!("{p}_sessions_open"),
+            "Admitted connections open now",
+            m.sessions_open.clone(),
+        );
+        r.register(
+            format!("{p}_requests"),
+            "Responses written, by status",
+            m.requests.clone(),
+        );
+        r.register(
+            format!("{p}_served_bytes"),
+            "Block body bytes written",
+            m.bytes_served.clone(),
+        );
+        r.register(
+            format!("{p}_inflight_bytes"),
+            "Response body bytes handed to sockets and not yet written",
+            m.inflight_bytes.clone(),
+        );
+        r.register(
+            format!("{p}_breaker_open_peers"),
+            "Peers whose circuit is open in the client breaker",
+            m.breaker_open_peers.clone(),
+        );
+        r.register(
+            format!("{p}_cooldowns_live"),
+            "Live entries in the client cooldown table",
+            m.cooldowns_live.clone(),
+        );
+        r.register(
+            format!("{p}_read_outcomes"),
+            "Reads finished, by outcome",
+            m.read_outcomes.clone(),
+        );
+        r.register(
+            format!("{p}_gets"),
+            "GETs finished, by outcome class",
+            m.gets.clone(),
+        );
+        r.register(
+            format!("{p}_get_seconds"),
+            "GET latency from start to outcome",
+            m.get_seconds.clone(),
+        );
+        r.register(
+            format!("{p}_roster_members"),
+            "Members in the roster table",
+            m.roster_members.clone(),
+        );
+        m.registry = Arc::new(registry);
+        m
+    }
+
+    /// The metrics in the Prometheus text exposition format (`# EOF`-terminated
+    /// OpenMetrics text, which Prometheus scrapes as `text/plain`).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    /// Counts one refused connection under `reason` (a refusal reason's wire token).
+    pub fn refused(&self, reason: &str) {
+        self.connections_refused
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one response written with `status`.
+    pub fn response(&self, status: u16) {
+        self.requests.get_or_create(&StatusLabel { status }).inc();
+    }
+
+    /// Counts one read that ended with `outcome`.
+    pub fn read_outcome(&self, outcome: &'static str) {
+        self.read_outcomes
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// Counts one GET that ended with `outcome` after `seconds`.
+    pub fn get_outcome(&self, outcome: &'static str, seconds: f64) {
+        self.gets.get_or_create(&OutcomeLabel { outcome }).inc();
+        self.get_seconds.observe(seconds);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendering_names_every_metric_with_its_labels() {
+        let m = Metrics::new();
+        m.connections_accepted.inc();
+        m.refused("source-sessions");
+        m.response(503);
+        m.read_outcome("busy");
+        m.get_outcome("ok", 0.002);
+        let text = m.render();
+        assert!(
+            text.contains("peerblock_connections_accepted_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("peerblock_connections_refused_total{reason=\"source-sessions\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("peerblock_requests_total{status=\"503\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("peerblock_read_outcomes_total{outcome=\"busy\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("peerblock_get_seconds_count 1"), "{text}");
+        assert!(text.contains("peerblock_sessions_open 0"), "{text}");
+    }
+}
