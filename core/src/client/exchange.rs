@@ -440,6 +440,7 @@ impl Exchange {
             refusal: None,
             block: false,
             close: Close::KeepOpen,
+            external: None,
         })
     }
 
