@@ -12,7 +12,7 @@
 //!    [`FileStore`](peerblock_common::store::FileStore)) and returns a [`TestServer`];
 //!    [`Driver::client`] builds your client and reader and returns a [`TestClient`]. Every
 //!    method of the harness is blocking: an async driver runs its own runtime inside its
-//!    implementation (the tokio driver keeps one multi-threaded runtime per test), a
+//!    implementation (the tokio driver keeps one multi-threaded runtime per server and per client), a
 //!    readiness-loop driver its own threads.
 //! 2. In one test file: `peerblock_testkit::conformance_suite!(MyDriver::default());`. The
 //!    macro expands to one `#[test]` per behaviour, each named for the rule it checks.
