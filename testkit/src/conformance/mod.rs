@@ -12,7 +12,7 @@
 //!    [`FileStore`](peerblock_common::store::FileStore)) and returns a [`TestServer`];
 //!    [`Driver::client`] builds your client and reader and returns a [`TestClient`]. Every
 //!    method of the harness is blocking: an async driver runs its own runtime inside its
-//!    implementation (the tokio driver keeps one multi-threaded runtime per test), a
+//!    implementation (the tokio driver keeps one multi-threaded runtime per server and per client), a
 //!    readiness-loop driver its own threads.
 //! 2. In one test file: `peerblock_testkit::conformance_suite!(MyDriver::default());`. The
 //!    macro expands to one `#[test]` per behaviour, each named for the rule it checks.
@@ -34,10 +34,13 @@ use peerblock_common::metrics::Metrics;
 use peerblock_common::read::{BlockSpec, Candidate, ReadResult};
 use peerblock_common::store::FileStore;
 use peerblock_common::SharedMembership;
-use peerblock_core::client::BlockRequest;
+use peerblock_core::breaker::State;
+use peerblock_core::client::{BlockRequest, Peers};
+use peerblock_core::placement::PeerId;
+use peerblock_core::read::PeerView;
 use peerblock_core::read::ReadConfig;
 use peerblock_core::server::{AdmissionConfig, ServerConfig};
-use peerblock_core::time::Clock;
+use peerblock_core::time::{Clock, Instant};
 
 pub mod canned;
 pub mod suite;
@@ -169,11 +172,46 @@ pub trait TestClient: Send + Sync {
     fn roster(&self, addr: &str, caller: Option<(&str, &str)>) -> Fetched;
 
     /// One read of `block` through core's read machine, with `candidates` as every
-    /// lookup's answer.
+    /// lookup's answer. Successive reads of one client draw successive read seeds (as
+    /// one reader's reads do: `indexed_seed(child_seed(seed, "reads"), n)` or any other
+    /// per-read derivation), so they do not all make the same random choices.
     fn read(&self, block: BlockSpec, candidates: Vec<Candidate>) -> ReadResult;
 
     /// Idle connections in the client's pool now.
     fn idle_connections(&self) -> usize;
+
+    /// What the client's peer tables (core's `client::Peers`) say of `peer` now.
+    fn peer_state(&self, peer: &PeerId) -> PeerState;
+}
+
+/// What a client's peer tables (core's `client::Peers`, shared by its GETs and reads)
+/// say of one peer at one moment: what the client tests check after a GET, read from
+/// core's own tables so that every driver answers alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerState {
+    /// `PeerView::eligible`: a read may send the peer a GET now (no cooldown, circuit
+    /// not open).
+    pub eligible: bool,
+    /// `PeerView::refused_for`: how much longer the peer is skipped for a refusal.
+    pub refused_for: Option<Duration>,
+    /// Its circuit (`Breaker::state`), `None` when the client runs no breaker.
+    pub breaker: Option<State>,
+    /// Data GETs in flight to it (`Peers::in_flight_to`).
+    pub in_flight: u32,
+}
+
+impl PeerState {
+    /// Reads `peer`'s state from `peers` at `now`: what a driver's
+    /// [`TestClient::peer_state`] returns with its `Peers` locked (or on the thread that
+    /// owns them).
+    pub fn of(peers: &Peers, now: Instant, peer: &PeerId) -> PeerState {
+        PeerState {
+            eligible: peers.eligible(now, peer),
+            refused_for: peers.refused_for(now, peer),
+            breaker: peers.breaker().map(|b| b.state(now, peer)),
+            in_flight: peers.in_flight_to(peer),
+        }
+    }
 }
 
 /// A driver made of two: `server`'s servers and `client`'s clients. Running the suite
