@@ -9,6 +9,8 @@
 //! | [`config`] | the node's TOML configuration, checked with core's validators |
 //! | [`metrics`] | the Prometheus metrics every part of a node updates |
 //! | [`client`] | what both clients share: peers, options, outcomes, the pool's bookkeeping |
+//! | [`relay`] | where a relayed fetch goes and how its answer maps onto core's `SourceResult` |
+//! | [`roster`] | the roster answer a server gives (learning an identified caller first) |
 //! | [`read`] | what both readers share: candidates, placement discovery, the block asked for, the result |
 //!
 //! `peerblock-tokio` (the tokio driver and the `peerblock-node` binary) and
@@ -25,6 +27,8 @@ pub mod config;
 pub mod manifest;
 pub mod metrics;
 pub mod read;
+pub mod relay;
+pub mod roster;
 pub mod store;
 
 /// The node's roster table, shared by its server (which answers roster requests and learns

@@ -66,6 +66,12 @@ pub struct Metrics {
     pub get_seconds: Histogram,
     /// Members in this node's roster table.
     pub roster_members: Gauge<i64, AtomicI64>,
+    /// Block bytes read from store files into user space to be served (a cache miss on
+    /// the buffered path). The zero-copy path reads none.
+    pub store_read_bytes: Counter,
+    /// Block bytes sent with `sendfile` straight from store files (the mio driver's
+    /// zero-copy path): never copied through user space.
+    pub sendfile_bytes: Counter,
 }
 
 impl Default for Metrics {
@@ -92,6 +98,8 @@ impl Metrics {
             // 100 µs .. ~52 s in 20 doubling buckets: loopback hits to dial timeouts.
             get_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
             roster_members: Gauge::default(),
+            store_read_bytes: Counter::default(),
+            sendfile_bytes: Counter::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -155,6 +163,16 @@ impl Metrics {
             format!("{p}_roster_members"),
             "Members in the roster table",
             m.roster_members.clone(),
+        );
+        r.register(
+            format!("{p}_store_read_bytes"),
+            "Block bytes read from store files into user space to be served",
+            m.store_read_bytes.clone(),
+        );
+        r.register(
+            format!("{p}_sendfile_bytes"),
+            "Block bytes sent with sendfile straight from store files",
+            m.sendfile_bytes.clone(),
         );
         m.registry = Arc::new(registry);
         m

@@ -8,7 +8,7 @@
 //!   ([`Stats`]).
 //! - [`closed_port`]: an address nothing listens on; [`blackhole`]: one that never
 //!   answers a SYN.
-//! - Responses as bytes: [`ok`], [`not_found`], [`forbidden`], [`chunked`], [`refusal`]
+//! - Responses as bytes: [`ok`], [`not_found`], [`forbidden`], [`chunked`], [`refusal()`]
 //!   (core's own encoders where core has one), [`stalled_body`], [`oversized_length`],
 //!   [`oversized_chunked`].
 //!

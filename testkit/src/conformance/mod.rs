@@ -1,7 +1,7 @@
 //! The driver conformance suite: one set of behaviours, written once against a small
 //! driver-neutral harness, that every peerblock driver must pass.
 //!
-//! A driver is **conformant** when every test of [`conformance_suite!`] passes against it,
+//! A driver is **conformant** when every test of [`conformance_suite!`](crate::conformance_suite) passes against it,
 //! and against each mixed pair with the other drivers (its client against their servers
 //! and the reverse: [`Mixed`]).
 //!
@@ -9,7 +9,7 @@
 //!
 //! 1. Implement [`Driver`] for a small type of your test crate: [`Driver::server`] starts
 //!    your server as [`ServerSpec`] says (on loopback, port 0, serving the given
-//!    [`FileStore`](peerblock_common::store::FileStore)) and returns a [`TestServer`];
+//!    [`FileStore`]) and returns a [`TestServer`];
 //!    [`Driver::client`] builds your client and reader and returns a [`TestClient`]. Every
 //!    method of the harness is blocking: an async driver runs its own runtime inside its
 //!    implementation (the tokio driver keeps one multi-threaded runtime per server and per client), a

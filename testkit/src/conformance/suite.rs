@@ -1,4 +1,4 @@
-//! The behaviours every driver must show, one function per rule; [`conformance_suite!`]
+//! The behaviours every driver must show, one function per rule; [`conformance_suite!`](crate::conformance_suite)
 //! turns each into a `#[test]` of the same name, run under [`TEST_BOUND`].
 //!
 //! Server rules talk to [`Driver::server`] over raw `std::net` sockets (decoding with
@@ -35,7 +35,7 @@ use super::{ClientSpec, Driver, RelaySpec, ServerSpec, TestServer, TEST_BOUND};
 
 /// Runs `rule` against the driver `make` builds, on a thread of its own, and fails the
 /// test if it has not finished within [`TEST_BOUND`] (a hung rule fails, it does not
-/// hang the suite). What [`conformance_suite!`] expands each test to.
+/// hang the suite). What [`conformance_suite!`](crate::conformance_suite) expands each test to.
 pub fn run<D: Driver + 'static>(
     name: &'static str,
     make: impl FnOnce() -> D + Send + 'static,
