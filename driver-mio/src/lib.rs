@@ -13,7 +13,7 @@
 //!
 //! | module | drives | what it owns |
 //! |---|---|---|
-//! | [`server`] | `server::ServerConnection` + one shared `server::Admission` | the listener in every worker's poll, the connections, the refusal path, the buffered and `sendfile` body paths, graceful shutdown |
+//! | [`server`] | `server::ServerConnection` + one shared `server::Admission` | the listener in every worker's poll, connections dealt to the workers in turn, the refusal path, the buffered and `sendfile` body paths, graceful shutdown |
 //! | [`client`] | `client::Exchange` + one shared `client::Peers` | non-blocking dials, per-peer slots and pools on the peer's worker |
 //! | [`reader`] | `read::Read` | a read on one worker, its GETs on their peers' workers |
 //! | [`roster`] | `roster::Refresh` | periodic roster exchange |

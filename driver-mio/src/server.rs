@@ -1,6 +1,6 @@
 //! The peer server on readiness loops: one listening socket registered in every worker's
 //! poll, core admission at accept time, each connection owned by the worker that
-//! accepted it and driving core's `ServerConnection`, the bounded refusal path, a
+//! it is dealt to (in turn) and driving core's `ServerConnection`, the bounded refusal path, a
 //! buffered and a zero-copy (`sendfile`) body path, and graceful shutdown.
 //!
 //! ```no_run
@@ -181,6 +181,8 @@ pub(crate) struct Shared {
     phase: AtomicU8,
     /// Listener entries and connections alive.
     live: AtomicUsize,
+    /// Which worker gets the next accepted connection (round robin).
+    next_worker: AtomicUsize,
     /// Bumped (and waiters woken) whenever a connection is admitted, refused or closed.
     changed: Mutex<u64>,
     changed_cv: Condvar,
@@ -262,7 +264,7 @@ impl Server {
     }
 
     /// Registers the listener in every worker of `runtime` (each accepts on it; a
-    /// connection stays on the worker that accepted it) and returns the handle.
+    /// connection is dealt to the workers in turn) and returns the handle.
     pub fn start(self, runtime: &Runtime) -> ServerHandle {
         let options = self.options;
         let admission = Admission::new(options.admission).expect("checked in Server::bind");
@@ -278,6 +280,7 @@ impl Server {
             refusals: AtomicUsize::new(0),
             phase: AtomicU8::new(RUNNING),
             live: AtomicUsize::new(0),
+            next_worker: AtomicUsize::new(0),
             changed: Mutex::new(0),
             changed_cv: Condvar::new(),
         });
@@ -540,13 +543,19 @@ fn on_accept(w: &mut Worker, shared: &Arc<Shared>, stream: TcpStream, peer: Sock
         eof: false,
         closed: false,
     };
-    w.spawn(Entry::Server(Box::new(conn)), |w, key, entry| match entry {
-        Entry::Server(c) => w.poll.registry().register(
-            &mut c.stream,
-            Token(key.index),
-            Interest::READABLE | Interest::WRITABLE,
-        ),
-        _ => Ok(()),
+    // Connections are dealt to the workers in turn: the worker whose poll saw the
+    // listener first would otherwise accept a whole burst and serve it alone.
+    let target = shared.next_worker.fetch_add(1, Ordering::Relaxed) % w.remotes.len();
+    let conn = Box::new(conn);
+    w.post(target, move |w| {
+        w.spawn(Entry::Server(conn), |w, key, entry| match entry {
+            Entry::Server(c) => w.poll.registry().register(
+                &mut c.stream,
+                Token(key.index),
+                Interest::READABLE | Interest::WRITABLE,
+            ),
+            _ => Ok(()),
+        });
     });
 }
 
