@@ -1,7 +1,7 @@
 //! A blocking `std::net` peerblock server: one thread per connection, core's
 //! `ServerConnection` per socket, one `Mutex<Admission>` per node, blocks from a
-//! `FileStore`. The worked example of docs/integrating.md ("A blocking server"), which
-//! explains every call; tests/example_blocking_server.rs checks it.
+//! `FileStore`. docs/integrating.md ("A blocking server in one file") shows it whole and
+//! says how it keeps each rule; tests/example_blocking_server.rs checks it.
 //!
 //! ```text
 //! cargo run -p peerblock-mio --example blocking_server -- --listen 127.0.0.1:0 --store DIR
@@ -185,17 +185,12 @@ fn drive(conn: &mut Conn, mut stream: TcpStream) -> io::Result<()> {
             Ok(n) => {
                 m.handle_read(node.now(), n);
             }
-            // The deadline passed: pass the current time, not the deadline.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                m.handle_timeout(node.now())
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => match e.kind() {
+                // The deadline passed: pass the current time, not the deadline.
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => m.handle_timeout(node.now()),
+                io::ErrorKind::Interrupted => {}
+                _ => return Err(e), // a reset, say: `Conn`'s drop closes the machine
+            },
         }
     }
 }

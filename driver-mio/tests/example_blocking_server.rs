@@ -193,3 +193,13 @@ fn a_full_node_answers_503_then_admits_again_once_the_session_is_released() {
         );
     }
 }
+
+#[test]
+fn docs_integrating_shows_this_example_verbatim() {
+    let page = include_str!("../../docs/integrating.md");
+    let code = include_str!("../examples/blocking_server.rs");
+    assert!(
+        page.contains(&format!("```rust\n{code}```\n")),
+        "docs/integrating.md must show examples/blocking_server.rs whole and unchanged"
+    );
+}
