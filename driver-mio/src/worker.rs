@@ -583,3 +583,91 @@ impl Worker {
 fn placeholder() -> Entry {
     Entry::Listener(ListenerEntry::placeholder())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> Entry {
+        placeholder()
+    }
+
+    #[test]
+    fn a_reused_slot_gets_a_new_generation_and_the_old_key_finds_nothing() {
+        let mut e = Entries::default();
+        let a = e.insert(entry());
+        e.remove(a);
+        let b = e.insert(entry());
+        assert_eq!(a.index, b.index, "the slot is reused");
+        assert_ne!(a.gen, b.gen);
+        assert!(e.take(a).is_none(), "an answer for the ended entry is dropped");
+        assert!(e.take(b).is_some());
+    }
+
+    #[test]
+    fn removing_with_a_stale_key_leaves_the_new_entry() {
+        let mut e = Entries::default();
+        let a = e.insert(entry());
+        e.remove(a);
+        let b = e.insert(entry());
+        e.remove(a);
+        assert_eq!(e.live, 1);
+        assert_eq!(e.keys(), vec![b]);
+    }
+
+    #[test]
+    fn rearming_at_the_same_deadline_needs_no_new_timer_and_a_moved_one_does() {
+        let mut e = Entries::default();
+        let k = e.insert(entry());
+        let t = Instant::from_secs(5);
+        assert!(e.rearm(k, Some(t)), "first arming");
+        assert!(!e.rearm(k, Some(t)), "same deadline: no heap item");
+        assert!(e.is_armed(k, t));
+        let later = Instant::from_secs(6);
+        assert!(e.rearm(k, Some(later)), "moved");
+        assert!(!e.is_armed(k, t), "the earlier heap item is now stale");
+        assert!(e.is_armed(k, later));
+        assert!(e.rearm(k, None), "disarmed");
+        assert!(!e.is_armed(k, later));
+    }
+
+    #[test]
+    fn a_stale_key_is_never_armed() {
+        let mut e = Entries::default();
+        let a = e.insert(entry());
+        let t = Instant::from_secs(1);
+        e.rearm(a, Some(t));
+        e.remove(a);
+        let b = e.insert(entry());
+        assert!(!e.rearm(a, Some(t)), "arming an ended entry does nothing");
+        assert!(!e.is_armed(a, t));
+        assert!(!e.is_armed(b, t));
+    }
+
+    #[test]
+    fn a_task_posted_from_another_thread_runs_on_the_worker() {
+        let rt = Runtime::new(2, Clock::new(std::time::Instant::now())).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for worker in 0..2 {
+            let tx = tx.clone();
+            rt.remote(worker).run(move |w| tx.send(w.id).unwrap());
+        }
+        let mut ran: Vec<usize> = (0..2)
+            .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
+            .collect();
+        ran.sort_unstable();
+        assert_eq!(ran, vec![0, 1], "each task ran on the worker it was posted to");
+    }
+
+    #[test]
+    fn every_peer_address_has_one_worker() {
+        let rt = Runtime::new(4, Clock::new(std::time::Instant::now())).unwrap();
+        let a = rt.worker_for("127.0.0.1:7070");
+        assert_eq!(a, rt.worker_for("127.0.0.1:7070"));
+        assert!(a < 4);
+        let spread: std::collections::BTreeSet<usize> = (0..64)
+            .map(|i| rt.worker_for(&format!("127.0.0.{i}:7070")))
+            .collect();
+        assert_eq!(spread.len(), 4, "addresses spread over every worker");
+    }
+}
