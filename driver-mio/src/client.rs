@@ -530,11 +530,12 @@ fn release(w: &mut Worker, client: &Arc<ClientShared>, addr: &str) {
             return;
         };
         let mut taken = None;
-        w.with_entry(next, |_, _, entry| {
-            if let Entry::Waiting(g) = entry {
+        w.with_entry(next, |_, _, entry| match entry {
+            Entry::Waiting(g) => {
                 taken = g.job.take().zip(g.ticket.take());
+                After::Done
             }
-            After::Done
+            _ => After::Unchanged,
         });
         if let Some((job, ticket)) = taken {
             // The slot passes to the waiter: `open` is unchanged.
@@ -571,7 +572,7 @@ fn cancel_on(w: &mut Worker, client: u64, id: u64) {
                 }
                 After::Done
             }
-            _ => After::Keep(None),
+            _ => After::Unchanged,
         }
     });
     if let Some((client, addr)) = freed {

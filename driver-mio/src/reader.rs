@@ -309,7 +309,7 @@ impl ReadTask {
                         r.read.handle_get_progress(now, id);
                         r.drive(w, key)
                     }
-                    _ => After::Keep(None),
+                    _ => After::Unchanged,
                 })
             })
         });
@@ -334,7 +334,7 @@ impl ReadTask {
                 me.run(move |w| {
                     w.with_entry(key, |w, key, entry| match entry {
                         Entry::Read(r) => r.on_get(w, key, id, outcome),
-                        _ => After::Keep(None),
+                        _ => After::Unchanged,
                     })
                 });
             }),

@@ -118,7 +118,7 @@ impl RosterService {
                         r.refresh.cancel(now);
                         r.drive(w, key)
                     }
-                    _ => After::Keep(None),
+                    _ => After::Unchanged,
                 })
             });
         }
@@ -174,7 +174,7 @@ impl RosterTask {
                             back.run(move |w| {
                                 w.with_entry(key, |w, key, entry| match entry {
                                     Entry::Roster(r) => r.on_answer(w, key, a, fetched),
-                                    _ => After::Keep(None),
+                                    _ => After::Unchanged,
                                 })
                             })
                         }),

@@ -61,6 +61,10 @@ pub const MAX_REFUSALS: usize = 256;
 /// its other sockets (bounded work per wake-up); the rest are accepted next turn.
 const ACCEPTS_PER_TURN: usize = 64;
 
+/// How long a listener pauses after an accept error (out of file descriptors, say) before
+/// accepting again.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
+
 /// Most reads into one connection per turn.
 const READS_PER_TURN: usize = 8;
 
@@ -432,7 +436,7 @@ fn phase_changed(w: &mut Worker, shared: &Arc<Shared>) {
         w.with_entry(key, |w, key, entry| match entry {
             Entry::Listener(l) if l.is(shared) => l.drive(w, key),
             Entry::Server(c) if Arc::ptr_eq(&c.shared, shared) => c.drive(w, key, Ready::default()),
-            _ => After::Keep(None),
+            _ => After::Unchanged,
         });
     }
 }
@@ -472,9 +476,10 @@ impl ListenerEntry {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return After::Keep(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    // Out of descriptors, say: back off until the next readiness or turn.
+                    // Out of descriptors, say: try again after a pause (the timer drives
+                    // this entry again), so a persistent error does not spin a core.
                     tracing::warn!(error = %e, "accept failed");
-                    return After::Again(None);
+                    return After::Keep(Some(w.now() + ACCEPT_ERROR_BACKOFF));
                 }
             }
         }
@@ -836,7 +841,7 @@ impl ServerConn {
                                 c.answer(now, id, result);
                                 c.drive(w, key, Ready::default())
                             }
-                            _ => After::Keep(None),
+                            _ => After::Unchanged,
                         })
                     })
                 };

@@ -321,6 +321,9 @@ pub(crate) enum After {
     Again(Option<Instant>),
     /// It ended: drop it (its `Drop` has released what it held).
     Done,
+    /// It was not driven (a task found another kind of entry under the key): put it back
+    /// with its timer as it was.
+    Unchanged,
 }
 
 /// What happened to an entry's socket.
@@ -411,6 +414,7 @@ impl Worker {
 
     fn settle(&mut self, key: Key, entry: Entry, after: After) {
         match after {
+            After::Unchanged => self.entries.put_back(key, entry),
             After::Done => {
                 self.entries.remove(key);
                 drop(entry);
@@ -600,7 +604,10 @@ mod tests {
         let b = e.insert(entry());
         assert_eq!(a.index, b.index, "the slot is reused");
         assert_ne!(a.gen, b.gen);
-        assert!(e.take(a).is_none(), "an answer for the ended entry is dropped");
+        assert!(
+            e.take(a).is_none(),
+            "an answer for the ended entry is dropped"
+        );
         assert!(e.take(b).is_some());
     }
 
@@ -656,7 +663,11 @@ mod tests {
             .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
             .collect();
         ran.sort_unstable();
-        assert_eq!(ran, vec![0, 1], "each task ran on the worker it was posted to");
+        assert_eq!(
+            ran,
+            vec![0, 1],
+            "each task ran on the worker it was posted to"
+        );
     }
 
     #[test]
