@@ -300,6 +300,11 @@ pub struct ClientTable {
     pub pool_idle_timeout: Duration,
     /// Connections open at once to one peer, idle or busy (default 4).
     pub max_connections_per_peer: usize,
+    /// How long the cooldown table skips a peer whose dial failed or timed out (default
+    /// 30 min, the reference's). Until it ends the peer is not asked at all, not even by
+    /// its circuit's half-open probe.
+    #[serde(deserialize_with = "de_duration")]
+    pub failed_dial_cooldown: Duration,
 }
 
 impl Default for ClientTable {
@@ -319,6 +324,7 @@ impl Default for ClientTable {
             pool_idle_total: DEFAULT_POOL_IDLE_TOTAL,
             pool_idle_timeout: DEFAULT_POOL_IDLE_TIMEOUT,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            failed_dial_cooldown: peerblock_core::cooldown::DEFAULT_FAILED_COOLDOWN,
         }
     }
 }
@@ -533,6 +539,12 @@ impl NodeConfig {
             return Err(ConfigError::invalid(
                 "client.pool_idle_timeout",
                 "is zero: no connection could ever be reused",
+            ));
+        }
+        if c.failed_dial_cooldown.is_zero() {
+            return Err(ConfigError::invalid(
+                "client.failed_dial_cooldown",
+                "is zero: a peer that cannot be dialed would be dialed again at once",
             ));
         }
         Ok(())

@@ -76,6 +76,7 @@ fn client_options(
         idle_timeout: pool.idle_timeout,
     };
     options.max_conns_per_peer = pool.max_connections_per_peer;
+    options.peers.cooldown.failed = config.client.failed_dial_cooldown;
     options.local_ip = local_ip;
     options
 }

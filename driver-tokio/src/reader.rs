@@ -8,8 +8,14 @@
 //!   when the caller gave an expected length), whose response head is
 //!   `Read::handle_get_progress` and whose `GetOutcome` (from `Peers::finish`) is
 //!   `Read::handle_get`;
-//! - `ReadEvent::Cancel { id }` → that task is aborted: dropping its request settles its
-//!   ticket (`Peers::abandon`) and closes its connection;
+//! - `ReadEvent::Cancel { id }` → a GET that has shown progress (its response head
+//!   arrived) is aborted: dropping its request settles its ticket (`Peers::abandon`,
+//!   answered: the peer demonstrably responded) and closes its connection. A GET still
+//!   silent is left to run, detached from the read, until its head arrives (then dropped
+//!   the same way) or the client's own deadline cuts it (dial, response header, request),
+//!   so that a holder whose link died is charged with that failure like any other: were it
+//!   released as answered, a dead holder that always loses to the hedge would never open
+//!   its circuit. Its outcome is recorded by the client and not reported to the read;
 //! - `ReadEvent::FetchOrigin` → the optional [`OriginFetch`], or `OriginOutcome::Failed`;
 //! - timers from `Read::poll_timeout` → `Read::handle_timeout`;
 //! - until `ReadEvent::Done(outcome)`: the read's [`ReadOutcome`] and `Read::stats()`.
@@ -20,7 +26,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use peerblock_core::client::BlockRequest;
@@ -32,7 +38,7 @@ use peerblock_core::read::{
 use peerblock_core::rng::{child_seed, indexed_seed};
 use peerblock_core::time::Instant;
 use peerblock_core::wire::BlockPath;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use crate::client::{Client, GetOptions, Peer, Progress};
@@ -223,12 +229,12 @@ impl Reader {
                         getting.insert(id, target.clone());
                         tasks
                             .gets
-                            .insert(id, Abort(self.spawn_get(id, target, &block, &tx)));
+                            .insert(id, self.spawn_get(id, target, &block, &tx));
                     }
                     ReadEvent::Cancel { id } => {
                         tracing::trace!(?id, "read cancels a GET");
                         getting.remove(&id);
-                        tasks.gets.remove(&id); // aborts: the request settles its ticket
+                        tasks.gets.remove(&id); // aborted, or detached while silent
                     }
                     ReadEvent::FetchOrigin => match &self.origin {
                         Some(origin) => {
@@ -297,12 +303,16 @@ impl Reader {
         peer: Peer,
         block: &BlockSpec,
         tx: &mpsc::Sender<Msg>,
-    ) -> JoinHandle<()> {
+    ) -> GetTask {
         let client = self.client.clone();
         let ptx = tx.clone();
+        let state = Arc::new(GetState::default());
+        let hook = state.clone();
         // Progress is a hint (repeats are harmless, a lost one only risks a hedge): never
         // wait for room in the channel from inside the exchange.
         let progress: Progress = Arc::new(move |_status| {
+            hook.progressed.store(true, Ordering::SeqCst);
+            hook.wake.notify_one();
             let _ = ptx.try_send(Msg::Progress(id));
         });
         let opts = GetOptions {
@@ -314,15 +324,66 @@ impl Reader {
         let path = block.path;
         let tx = tx.clone();
         let observer = self.observer.clone();
-        tokio::spawn(async move {
-            let fetched = client
-                .fetch_block(&peer, BlockRequest::new(path), opts)
-                .await;
+        let task_state = state.clone();
+        let handle = tokio::spawn(async move {
+            let state = task_state;
+            let mut request =
+                std::pin::pin!(client.fetch_block(&peer, BlockRequest::new(path), opts));
+            let fetched = loop {
+                tokio::select! {
+                    fetched = &mut request => break fetched,
+                    () = state.wake.notified() => {
+                        if state.cancelled.load(Ordering::SeqCst)
+                            && state.progressed.load(Ordering::SeqCst)
+                        {
+                            // Cancelled while silent, and the peer has answered since:
+                            // dropping the request abandons its ticket (answered).
+                            return;
+                        }
+                    }
+                }
+            };
+            if state.cancelled.load(Ordering::SeqCst) {
+                tracing::debug!(addr = %peer.addr, outcome = %fetched.describe(), "cancelled GET ended on its own deadline");
+                return;
+            }
             if let Some(observe) = &observer {
                 observe(&peer, &fetched);
             }
             let _ = tx.send(Msg::Get(id, fetched.get)).await;
-        })
+        });
+        GetTask { handle, state }
+    }
+}
+
+/// What a GET's task and its cancellation share.
+#[derive(Default)]
+struct GetState {
+    /// The response head arrived (the peer demonstrably responded).
+    progressed: AtomicBool,
+    /// The read no longer wants the GET.
+    cancelled: AtomicBool,
+    /// Wakes the task when either flag is set.
+    wake: Notify,
+}
+
+/// One GET's task. Dropped (the read cancelled the GET, or ended): aborted if the GET has
+/// shown progress, else detached to end at its head or at the client's own deadline
+/// (bounded by the exchange's dial, response-header and request deadlines), so a silent
+/// peer is charged with the failure its deadline records. See the module docs.
+struct GetTask {
+    handle: JoinHandle<()>,
+    state: Arc<GetState>,
+}
+
+impl Drop for GetTask {
+    fn drop(&mut self) {
+        if self.state.progressed.load(Ordering::SeqCst) {
+            self.handle.abort();
+        } else {
+            self.state.cancelled.store(true, Ordering::SeqCst);
+            self.state.wake.notify_one();
+        }
     }
 }
 
@@ -340,7 +401,7 @@ impl Drop for Abort {
 struct Tasks {
     lookup: Option<Abort>,
     origin: Option<Abort>,
-    gets: HashMap<GetId, Abort>,
+    gets: HashMap<GetId, GetTask>,
 }
 
 async fn sleep_to(client: &Client, at: Option<Instant>) {

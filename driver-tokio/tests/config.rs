@@ -330,3 +330,15 @@ fn a_duration_above_a_day_is_refused() {
     let msg = refused("[listener]\nidle_timeout = \"25h\"\n");
     assert!(msg.contains("idle_timeout") && msg.contains("24h"), "{msg}");
 }
+
+#[test]
+fn failed_dial_cooldown_defaults_to_the_references_30_minutes_and_is_tunable() {
+    assert_eq!(
+        parse("").unwrap().client.failed_dial_cooldown,
+        Duration::from_secs(30 * 60)
+    );
+    let config = parse("[client]\nfailed_dial_cooldown = \"2s\"\n").unwrap();
+    assert_eq!(config.client.failed_dial_cooldown, Duration::from_secs(2));
+    let err = refused("[client]\nfailed_dial_cooldown = \"0s\"\n");
+    assert!(err.contains("client.failed_dial_cooldown"), "{err}");
+}

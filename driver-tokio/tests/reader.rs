@@ -161,6 +161,67 @@ async fn a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one() 
     .expect("test bound");
 }
 
+/// A holder that takes the request and never answers (a host whose link went down, no
+/// RST, no FIN) loses every read to the hedge. Its GET, cancelled while silent, must still
+/// be cut at the client's deadline and charged to it: had the cancellation counted as
+/// answered (the peer "responded"), the dead holder's circuit would never open and every
+/// read asking it first would pay the hedge delay for ever.
+#[tokio::test]
+async fn a_silent_holder_that_loses_to_the_hedge_is_still_cut_at_its_deadline_and_charged() {
+    use peerblock_core::breaker::{BreakerConfig, State};
+    use peerblock_core::client::RequestTimeout;
+    use peerblock_core::time::Duration;
+    tokio::time::timeout(BOUND, async {
+        let live = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"live block"))).await;
+        let silent = canned::serve(|_, _, _| Reply::BytesThenHold(Vec::new())).await;
+        let mut options = ClientOptions::new(Clock::new(std::time::Instant::now()), Metrics::new());
+        options.exchange.deadlines.dial = Duration::from_millis(500);
+        options.exchange.deadlines.response_header = Duration::from_millis(300);
+        options.exchange.deadlines.request = RequestTimeout::After(Duration::from_secs(2));
+        options.peers.breaker = Some(BreakerConfig {
+            failure_threshold: 1,
+            ..BreakerConfig::default()
+        });
+        let c = Client::new(options).unwrap();
+        let config = ReadConfig {
+            hedge_delay: Duration::from_millis(50),
+            ..ReadConfig::default()
+        };
+        let reader = Reader::new(c.clone(), fixed(&[&live.addr, &silent.addr]), config, 5).unwrap();
+        let silent_id = Peer::from_addr(&silent.addr).id;
+        let mut asked_silent_first = false;
+        for _ in 0..40 {
+            let got = reader.read(spec(b"live block")).await;
+            assert_eq!(got.served_by.unwrap().addr, live.addr);
+            if got.stats.gets > 1 {
+                asked_silent_first = true;
+                println!(
+                    "read that asked the silent holder first: {:?} after {:?}",
+                    got.stats, got.elapsed
+                );
+                break;
+            }
+        }
+        assert!(
+            asked_silent_first,
+            "some read asked the silent holder first"
+        );
+        // The silent GET was cancelled (the hedge won) about 50 ms in; its response-header
+        // deadline is 300 ms after its request was written.
+        tokio::time::sleep(StdDuration::from_millis(600)).await;
+        let now = c.now();
+        let state = c.with_peers(|p| p.breaker().unwrap().state(now, &silent_id));
+        assert_eq!(
+            state,
+            State::Open,
+            "the silent holder's response-header timeout was charged"
+        );
+        assert_eq!(c.with_peers(|p| p.in_flight_to(&silent_id)), 0);
+    })
+    .await
+    .expect("test bound");
+}
+
 #[test]
 fn reads_can_be_spawned() {
     fn assert_send<T: Send>(_: &T) {}
