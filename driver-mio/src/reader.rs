@@ -11,8 +11,13 @@
 //!   caller gave an expected length); the response head posts back
 //!   `Read::handle_get_progress`, the outcome (`Peers::finish`'s `GetOutcome`)
 //!   `Read::handle_get`;
-//! - `ReadEvent::Cancel { id }` → [`Client::cancel`]: its ticket is abandoned and its
-//!   connection closed;
+//! - `ReadEvent::Cancel { id }` → a GET whose response head has arrived is cancelled
+//!   ([`Client::cancel`]: its ticket abandoned as answered, its connection closed); a GET
+//!   still silent is left to run, detached from the read, until its head arrives (then
+//!   cancelled the same way) or the client's own deadline cuts it, so that a holder whose
+//!   link died is charged with that failure: released as answered, a dead holder that
+//!   always loses to the hedge would never open its circuit (the tokio reader does the
+//!   same). Its outcome is recorded by the client and not reported to the read;
 //! - `ReadEvent::FetchOrigin` → `OriginOutcome::Failed` (this driver has no origin
 //!   fetcher yet: a read configured with `origin` ends as it would with a failing one);
 //! - the read's deadline → `Read::handle_timeout(now)`;
@@ -22,8 +27,8 @@
 //! the `poll_event` call.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use peerblock_common::client::{GetOptions, Peer, Progress};
 use peerblock_common::read::{placement_candidates, BlockSpec, Candidate, GetObserver, ReadResult};
@@ -206,13 +211,37 @@ impl Reader {
     }
 }
 
+/// What a GET's callbacks and its cancellation share.
+#[derive(Default)]
+pub(crate) struct GetState {
+    /// The response head arrived (the peer demonstrably responded).
+    progressed: AtomicBool,
+    /// The read no longer wants the GET.
+    cancelled: AtomicBool,
+    /// The client request, to cancel it.
+    handle: OnceLock<RequestHandle>,
+}
+
+impl GetState {
+    /// The read gives the GET up: cancelled at once if the peer has answered, else left
+    /// to run to its head (then cancelled) or to the client's own deadline (charged).
+    fn cancel(&self, w: &mut Worker, client: &Client) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        if self.progressed.load(Ordering::SeqCst) {
+            if let Some(handle) = self.handle.get() {
+                client.cancel_from(w, *handle);
+            }
+        }
+    }
+}
+
 /// One read in progress on its worker.
 pub(crate) struct ReadTask {
     inner: Arc<ReaderInner>,
     read: Read,
     block: BlockSpec,
     addrs: HashMap<PeerId, String>,
-    gets: HashMap<GetId, (Peer, RequestHandle)>,
+    gets: HashMap<GetId, (Peer, Arc<GetState>)>,
     served_by: Option<Peer>,
     done: Option<ReadDone>,
     started: std::time::Instant,
@@ -251,19 +280,19 @@ impl ReadTask {
                         continue;
                     };
                     let target = Peer::new(peer, addr.clone());
-                    let handle = self.start_get(w, key, id, &target);
-                    self.gets.insert(id, (target, handle));
+                    let state = self.start_get(w, key, id, &target);
+                    self.gets.insert(id, (target, state));
                 }
                 ReadEvent::Cancel { id } => {
                     tracing::trace!(?id, "read cancels a GET");
-                    if let Some((_, handle)) = self.gets.remove(&id) {
-                        self.inner.client.cancel_from(w, handle);
+                    if let Some((_, state)) = self.gets.remove(&id) {
+                        state.cancel(w, &self.inner.client);
                     }
                 }
                 ReadEvent::FetchOrigin => self.read.handle_origin(now, OriginOutcome::Failed),
                 ReadEvent::Done(outcome) => {
-                    for (_, (_, handle)) in self.gets.drain() {
-                        self.inner.client.cancel_from(w, handle);
+                    for (_, (_, state)) in self.gets.drain() {
+                        state.cancel(w, &self.inner.client);
                     }
                     let stats = self.read.stats();
                     self.inner
@@ -297,11 +326,23 @@ impl ReadTask {
         self.drive(w, key)
     }
 
-    fn start_get(&self, w: &mut Worker, key: Key, id: GetId, peer: &Peer) -> RequestHandle {
+    fn start_get(&self, w: &mut Worker, key: Key, id: GetId, peer: &Peer) -> Arc<GetState> {
         let me = w.me();
         let progress_to = me.clone();
+        let state = Arc::new(GetState::default());
+        let hook = Arc::clone(&state);
+        let client = self.inner.client.clone();
         // Progress is a hint: repeats are harmless.
         let progress: Progress = Arc::new(move |_status| {
+            hook.progressed.store(true, Ordering::SeqCst);
+            if hook.cancelled.load(Ordering::SeqCst) {
+                // Cancelled while silent, and the peer has answered since: abandon it
+                // now (as answered).
+                if let Some(handle) = hook.handle.get() {
+                    client.cancel(*handle);
+                }
+                return;
+            }
             progress_to.run(move |w| {
                 w.with_entry(key, |w, key, entry| match entry {
                     Entry::Read(r) => {
@@ -321,12 +362,17 @@ impl ReadTask {
         };
         let observer = self.inner.observer.clone();
         let target = peer.clone();
-        self.inner.client.submit_from(
+        let done_state = Arc::clone(&state);
+        let handle = self.inner.client.submit_from(
             w,
             peer,
             BlockRequest::new(self.block.path),
             opts,
             Box::new(move |fetched| {
+                if done_state.cancelled.load(Ordering::SeqCst) {
+                    tracing::debug!(addr = %target.addr, outcome = %fetched.describe(), "cancelled GET ended on its own deadline");
+                    return;
+                }
                 if let Some(observe) = &observer {
                     observe(&target, &fetched);
                 }
@@ -338,7 +384,9 @@ impl ReadTask {
                     })
                 });
             }),
-        )
+        );
+        let _ = state.handle.set(handle);
+        state
     }
 
     fn on_get(&mut self, w: &mut Worker, key: Key, id: GetId, outcome: GetOutcome) -> After {

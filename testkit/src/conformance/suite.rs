@@ -104,6 +104,7 @@ macro_rules! conformance_suite {
             a_read_whose_only_holder_refuses_once_completes_after_the_cooldown,
             a_read_whose_holders_always_refuse_ends_busy_never_absent,
             a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one,
+            a_silent_holder_that_loses_to_the_hedge_is_still_cut_at_its_deadline_and_charged,
             a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it,
             a_request_at_the_hop_bound_is_not_relayed_and_the_origin_is_never_asked,
             an_upstream_refusal_is_passed_on_as_502_and_the_relays_circuit_stays_closed,
@@ -1230,6 +1231,67 @@ pub fn a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one(d: &
         !c.peer_state(&Peer::from_addr(&dead).id).eligible,
         "the dead holder is routed around"
     );
+}
+
+/// A holder that takes the request and never answers (a host whose link went down: no
+/// RST, no FIN) loses every read to the hedge. Its GET, cancelled while silent, must still
+/// be cut at the client's own deadline and charged to it: counted as answered, the dead
+/// holder's circuit would never open and every read asking it first would pay the hedge
+/// delay for ever. A GET that has shown its head may be cancelled as answered.
+pub fn a_silent_holder_that_loses_to_the_hedge_is_still_cut_at_its_deadline_and_charged(
+    d: &dyn Driver,
+) {
+    use peerblock_core::breaker::BreakerConfig;
+    let live = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"live block")));
+    let silent = canned::serve(|_, _, _| Reply::BytesThenHold(Vec::new()));
+    let c = client_with(d, |s| {
+        s.options.exchange = deadlines(500, 300, 2_000);
+        s.options.peers.breaker = Some(BreakerConfig {
+            failure_threshold: 1,
+            ..BreakerConfig::default()
+        });
+        s.read = ReadConfig {
+            hedge_delay: Duration::from_millis(50),
+            ..ReadConfig::default()
+        };
+        s.seed = 5;
+    });
+    let silent_id = Peer::from_addr(&silent.addr).id;
+    let holders = candidates(&[&live.addr, &silent.addr]);
+    let mut asked_silent_first = false;
+    for _ in 0..40 {
+        let got = c.read(spec(b"live block"), holders.clone());
+        assert_eq!(got.served_by.expect("served").addr, live.addr);
+        if got.stats.gets > 1 {
+            println!(
+                "{}: read that asked the silent holder first: {:?} after {:?}",
+                d.name(),
+                got.stats,
+                got.elapsed
+            );
+            asked_silent_first = true;
+            break;
+        }
+    }
+    assert!(
+        asked_silent_first,
+        "some read asked the silent holder first"
+    );
+    // The silent GET lost to the hedge about 50 ms in; its response-header deadline is
+    // 300 ms after its request was written. Wait (bounded) for the client's tables to
+    // record it.
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut state = c.peer_state(&silent_id);
+    while state.breaker != Some(State::Open) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+        state = c.peer_state(&silent_id);
+    }
+    assert_eq!(
+        state.breaker,
+        Some(State::Open),
+        "the silent holder's response-header timeout was charged"
+    );
+    assert_eq!(state.in_flight, 0, "its ticket was settled");
 }
 
 // ---------------------------------------------------------------------------------------
