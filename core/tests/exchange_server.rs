@@ -267,6 +267,31 @@ fn upstream_refusal_is_502_with_the_upstream_status() {
 }
 
 #[test]
+fn an_upstream_status_outside_100_to_999_is_a_500_not_a_502() {
+    for status in [0, 99, 1000, u16::MAX] {
+        let (_, ts, _) = serve_one(
+            config(),
+            &get(path(1), ""),
+            SourceResult::UpstreamRefused { status },
+        );
+        let h = head(&ts[0]);
+        assert!(h.starts_with("HTTP/1.1 500 "), "status {status}: {h}");
+        assert!(
+            !h.contains("X-DART-Upstream-Status"),
+            "status {status}: {h}"
+        );
+    }
+    for status in [100, 999] {
+        let (_, ts, _) = serve_one(
+            config(),
+            &get(path(1), ""),
+            SourceResult::UpstreamRefused { status },
+        );
+        assert!(head(&ts[0]).starts_with("HTTP/1.1 502 "), "status {status}");
+    }
+}
+
+#[test]
 fn malformed_path_is_400_without_invoking_the_source() {
     let (evs, ts, _) = serve_one(
         config(),
