@@ -164,14 +164,14 @@ impl Job {
         }
     }
 
-    fn complete(mut self, fetched: Fetched) {
-        if let Some(done) = self.done.take() {
-            done(fetched);
-        }
+    /// Ends the request without an exchange ending of its own.
+    fn local(mut self, local: Local) {
+        self.fail_local(local);
     }
 
-    /// Ends the request without an exchange ending of its own.
-    fn local(self, local: Local) {
+    /// [`local`](Self::local) for a job still owned by something else (its callback is
+    /// taken, so it runs once).
+    fn fail_local(&mut self, local: Local) {
         let class = match local {
             Local::BreakerRejected | Local::Unsendable => OutcomeClass::Unavailable,
             Local::NoConnectionSlot => OutcomeClass::Busy,
@@ -191,7 +191,9 @@ impl Job {
             pooled: false,
             retried_fresh: false,
         };
-        self.complete(fetched);
+        if let Some(done) = self.done.take() {
+            done(fetched);
+        }
     }
 }
 
@@ -249,6 +251,22 @@ impl Client {
     /// Runs `f` with the shared `Peers` locked (briefly).
     pub fn with_peers<R>(&self, f: impl FnOnce(&mut Peers) -> R) -> R {
         f(&mut self.shared.lock_peers())
+    }
+
+    /// Requests this client's workers are tracking now (in flight or waiting for a slot),
+    /// summed over the workers; a diagnostic (it asks every worker and waits for them).
+    pub fn tracked_requests(&self) -> usize {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let id = self.shared.id;
+        for worker in 0..self.runtime.threads() {
+            let tx = tx.clone();
+            self.runtime.remote(worker).run(move |w| {
+                let n = w.clients.get(&id).map_or(0, |l| l.requests.len());
+                let _ = tx.send(n);
+            });
+        }
+        drop(tx);
+        rx.iter().sum()
     }
 
     /// Idle connections in the client's pools now (all peers, all workers).
@@ -538,8 +556,10 @@ fn release(w: &mut Worker, client: &Arc<ClientShared>, addr: &str) {
             _ => After::Unchanged,
         });
         if let Some((job, ticket)) = taken {
-            // The slot passes to the waiter: `open` is unchanged.
-            begin(w, job, ticket, false);
+            // The slot passes to the waiter (`open` is unchanged, so nothing else can
+            // take it), started as a task of this worker: never recursively, which a
+            // queue of waiters failing at once would turn into a stack overflow.
+            w.post(w.id, move |w| begin(w, job, ticket, false));
             return;
         }
     }
@@ -626,6 +646,7 @@ fn begin(w: &mut Worker, job: Job, ticket: GetTicket, retried: bool) {
         },
     };
     let id = job.id;
+    let addr = job.peer.addr.clone();
     let conn = ClientConn {
         job,
         ticket: Some(ticket),
@@ -639,12 +660,26 @@ fn begin(w: &mut Worker, job: Job, ticket: GetTicket, retried: bool) {
         writable: false,
         closed: false,
     };
-    let key = w.spawn(Entry::Client(Box::new(conn)), |w, key, entry| match entry {
+    let placed = w.place(Entry::Client(Box::new(conn)), |w, key, entry| match entry {
         Entry::Client(c) => c.register(w, key),
         _ => Ok(()),
     });
-    if let Some(key) = key {
-        local_of(w, &client).requests.insert(id, key);
+    match placed {
+        Ok(key) => {
+            // Recorded before the first drive, which may already settle the request.
+            local_of(w, &client).requests.insert(id, key);
+            w.drive(key, Ready::default());
+        }
+        Err((e, entry)) => {
+            tracing::warn!(addr = %addr, error = %e, "registering a client socket failed");
+            if let Entry::Client(mut c) = entry {
+                if let Some(ticket) = c.ticket.take() {
+                    client.lock_peers().abandon(w.now(), ticket);
+                }
+                release(w, &client, &addr);
+                c.job.fail_local(Local::Unsendable);
+            }
+        }
     }
 }
 
@@ -685,9 +720,10 @@ fn new_exchange(
     Exchange::new(now, &job.client.opts.exchange, request, link)
 }
 
-/// Resolves `addr` (`HOST:PORT`; a name is resolved on the calling worker, blocking it
-/// for the lookup: peers are named by address in every roster) and starts a
-/// non-blocking connect, from `local_ip` when given.
+/// Resolves `addr` (`HOST:PORT`) and starts a non-blocking connect to it, from
+/// `local_ip` when given. A name is resolved on the calling worker, blocking it for the
+/// lookup, and only its first address (of `local_ip`'s family) is dialed: name peers by
+/// IP address (rosters do). The tokio driver tries every address of a name in turn.
 fn connect(addr: &str, local_ip: Option<std::net::IpAddr>) -> io::Result<TcpStream> {
     let target: SocketAddr = match addr.parse() {
         Ok(a) => a,
@@ -818,13 +854,20 @@ impl ClientConn {
             if self.out.is_none() {
                 if let Some(tx) = self.exchange.poll_transmit(now) {
                     self.out = Some((tx.head, 0));
+                } else if self.exchange.is_finished() {
+                    // `poll_transmit` ended it (a pooled connection that cannot take
+                    // another request): its `Done` is waiting.
+                    continue;
                 }
             }
             let mut progressed = false;
             if let Some((head, written)) = &mut self.out {
                 if self.writable {
                     match stream.write(&head[*written..]) {
-                        Ok(0) => self.exchange.handle_eof(now),
+                        Ok(0) => {
+                            self.exchange.handle_eof(now);
+                            progressed = true;
+                        }
                         Ok(n) => {
                             *written += n;
                             progressed = true;

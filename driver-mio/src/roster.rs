@@ -69,6 +69,7 @@ impl RosterService {
                 membership,
                 refresh,
                 fetches: HashMap::new(),
+                next_fetch: 0,
                 progress: p,
             };
             let key = w.insert(Entry::Roster(Box::new(task)));
@@ -109,19 +110,7 @@ impl RosterService {
 
     /// Cancels the refresh and every fetch in flight, and waits (bounded) for it to end.
     pub fn shutdown(self) {
-        let key = *self.key.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(key) = key {
-            self.runtime.remote(self.worker).run(move |w| {
-                w.with_entry(key, |w, key, entry| match entry {
-                    Entry::Roster(r) => {
-                        let now = w.now();
-                        r.refresh.cancel(now);
-                        r.drive(w, key)
-                    }
-                    _ => After::Unchanged,
-                })
-            });
-        }
+        self.stop();
         let guard = self
             .progress
             .state
@@ -132,6 +121,33 @@ impl RosterService {
             .changed
             .wait_timeout_while(guard, Duration::from_secs(5), |s| !s.1);
     }
+
+    /// Posts the cancellation to the service's worker. The key is read there: the start
+    /// task, queued first on the same worker, has run by then.
+    fn stop(&self) {
+        let key = Arc::clone(&self.key);
+        self.runtime.remote(self.worker).run(move |w| {
+            let key = *key.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(key) = key {
+                w.with_entry(key, |w, key, entry| match entry {
+                    Entry::Roster(r) => {
+                        let now = w.now();
+                        r.refresh.cancel(now);
+                        r.drive(w, key)
+                    }
+                    _ => After::Unchanged,
+                })
+            }
+        });
+    }
+}
+
+impl Drop for RosterService {
+    /// A service dropped without [`shutdown`](RosterService::shutdown) is cancelled too
+    /// (without waiting), so it never keeps the runtime alive.
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 /// The refresh on its worker.
@@ -139,7 +155,10 @@ pub(crate) struct RosterTask {
     client: Client,
     membership: SharedMembership,
     refresh: Refresh,
-    fetches: HashMap<String, RequestHandle>,
+    /// Fetches in flight by address, each with its sequence number (an answer of an
+    /// earlier fetch of the same address must not remove a newer one).
+    fetches: HashMap<String, (u64, RequestHandle)>,
+    next_fetch: u64,
     progress: Arc<Progress>,
 }
 
@@ -161,6 +180,8 @@ impl RosterTask {
                     tracing::debug!(addr = %addr, "roster fetch");
                     let back = w.me();
                     let a = addr.clone();
+                    self.next_fetch += 1;
+                    let seq = self.next_fetch;
                     let caller = Caller {
                         id: &me.id,
                         addr: &me.addr,
@@ -173,25 +194,25 @@ impl RosterTask {
                         Box::new(move |fetched| {
                             back.run(move |w| {
                                 w.with_entry(key, |w, key, entry| match entry {
-                                    Entry::Roster(r) => r.on_answer(w, key, a, fetched),
+                                    Entry::Roster(r) => r.on_answer(w, key, a, seq, fetched),
                                     _ => After::Unchanged,
                                 })
                             })
                         }),
                     );
-                    if let Some(old) = self.fetches.insert(addr, handle) {
+                    if let Some((_, old)) = self.fetches.insert(addr, (seq, handle)) {
                         self.client.cancel_from(w, old);
                     }
                 }
                 RefreshEvent::Cancel { addr } => {
-                    if let Some(handle) = self.fetches.remove(&addr) {
+                    if let Some((_, handle)) = self.fetches.remove(&addr) {
                         self.client.cancel_from(w, handle);
                     }
                 }
             }
         }
         if self.refresh.is_finished() {
-            for (_, handle) in self.fetches.drain() {
+            for (_, (_, handle)) in self.fetches.drain() {
                 self.client.cancel_from(w, handle);
             }
             let mut s = self
@@ -215,8 +236,17 @@ impl RosterTask {
         self.drive(w, key)
     }
 
-    fn on_answer(&mut self, w: &mut Worker, key: Key, addr: String, fetched: Fetched) -> After {
-        self.fetches.remove(&addr);
+    fn on_answer(
+        &mut self,
+        w: &mut Worker,
+        key: Key,
+        addr: String,
+        seq: u64,
+        fetched: Fetched,
+    ) -> After {
+        if self.fetches.get(&addr).is_some_and(|(s, _)| *s == seq) {
+            self.fetches.remove(&addr);
+        }
         // A request that ended before any exchange has no ending: no roster.
         let ending = fetched.ending.unwrap_or(Ending::Cancelled);
         let now = w.now();

@@ -973,6 +973,13 @@ impl ServerConn {
             self.machine.close(now, &mut admission);
         }
         self.files.clear();
+        // Relayed fetches still running for this connection are given up: their slots
+        // and tickets free at once (the tokio driver aborts its source tasks).
+        if let Some(relay) = &self.shared.relay {
+            for (_, handle) in self.pending.drain(..) {
+                relay.client.cancel(handle);
+            }
+        }
         if let Some(out) = self.out.take() {
             let len = out.tx.body.len() as u64 + out.tx.external.map_or(0, |e| e.len);
             self.shared.metrics.inflight_bytes.dec_by(len as i64);

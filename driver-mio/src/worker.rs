@@ -380,23 +380,43 @@ impl Worker {
         self.entries.insert(entry)
     }
 
-    /// Inserts `entry` and drives it at once.
+    /// Inserts `entry`, lets `register` register its socket under the entry's key, and
+    /// drives it once. A failed registration drops the entry (its `Drop` releases what it
+    /// holds) and returns `None`.
     pub(crate) fn spawn(
         &mut self,
         entry: Entry,
         register: impl FnOnce(&mut Worker, Key, &mut Entry) -> io::Result<()>,
     ) -> Option<Key> {
+        match self.place(entry, register) {
+            Ok(key) => {
+                self.drive(key, Ready::default());
+                Some(key)
+            }
+            Err((e, entry)) => {
+                tracing::warn!(error = %e, "registering a socket failed");
+                drop(entry);
+                None
+            }
+        }
+    }
+
+    /// Inserts `entry` and lets `register` register its socket under the entry's key,
+    /// without driving it: the caller records the key, then drives it. A failed
+    /// registration gives the entry back, so the caller can settle what it holds.
+    pub(crate) fn place(
+        &mut self,
+        entry: Entry,
+        register: impl FnOnce(&mut Worker, Key, &mut Entry) -> io::Result<()>,
+    ) -> Result<Key, (io::Error, Entry)> {
         let key = self.entries.insert(placeholder());
         let mut entry = entry;
         if let Err(e) = register(self, key, &mut entry) {
-            tracing::warn!(error = %e, "registering a socket failed");
             self.entries.remove(key);
-            drop(entry);
-            return None;
+            return Err((e, entry));
         }
         self.entries.put_back(key, entry);
-        self.drive(key, Ready::default());
-        Some(key)
+        Ok(key)
     }
 
     /// Runs `f` on the entry `key` if it is still there, then acts on its `After`.
@@ -536,6 +556,9 @@ impl Worker {
                 task(self);
                 n += 1;
                 if n >= TASKS_PER_TURN {
+                    // Whatever is still queued (here or by other threads) runs next turn,
+                    // which polls with a zero timeout.
+                    let _ = self.remotes[self.id].waker.wake();
                     return;
                 }
             }

@@ -109,3 +109,146 @@ fn two_servers_on_one_runtime_serve_independently() {
     let _ = std::fs::remove_dir_all(&da);
     let _ = std::fs::remove_dir_all(&db);
 }
+
+mod client_rules {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use peerblock_common::client::{ClientOptions, GetOptions, Local, OutcomeClass, Peer};
+    use peerblock_common::metrics::Metrics;
+    use peerblock_core::client::{BlockRequest, ClientConfig, Deadlines, RequestTimeout};
+    use peerblock_core::time::Clock;
+    use peerblock_core::wire::{BlockPath, ChunkKey, Hop};
+    use peerblock_mio::{Client, Runtime};
+    use peerblock_testkit::conformance::canned::{self, Reply};
+
+    fn path() -> BlockPath {
+        BlockPath {
+            key: ChunkKey::from_array([9; 32]),
+            index: 1,
+        }
+    }
+
+    fn client(rt: &Runtime, f: impl FnOnce(&mut ClientOptions)) -> Client {
+        let mut o = ClientOptions::new(rt.clock(), Metrics::new());
+        f(&mut o);
+        Client::new(rt, o).unwrap()
+    }
+
+    /// Requests that end during their first turn (a dial that fails at once) leave no
+    /// trace in the worker's request table.
+    #[test]
+    fn requests_that_end_at_once_leave_nothing_tracked() {
+        let rt = Runtime::new(2, Clock::new(std::time::Instant::now())).unwrap();
+        let c = client(&rt, |_| {});
+        for i in 0..50 {
+            // Not an address: the dial fails before any socket exists.
+            let got = c.get(
+                &Peer::from_addr(format!("no-port-{i}")),
+                BlockRequest::new(path()),
+            );
+            assert_eq!(got.class, OutcomeClass::Unavailable, "{}", got.describe());
+        }
+        assert_eq!(c.tracked_requests(), 0);
+    }
+
+    /// A long queue of requests waiting for one peer's only slot, each failing as soon as
+    /// it gets it, is worked through as tasks, not recursively: every one is answered and
+    /// the worker survives (a recursive hand-over overflowed its stack).
+    #[test]
+    fn a_long_queue_of_waiters_failing_at_once_is_answered_without_recursion() {
+        let silent = canned::serve(|_, _, _| Reply::BytesThenHold(Vec::new()));
+        let rt = Runtime::new(1, Clock::new(std::time::Instant::now())).unwrap();
+        let c = client(&rt, |o| {
+            o.max_conns_per_peer = 1;
+            o.exchange = ClientConfig {
+                deadlines: Deadlines {
+                    dial: Duration::from_millis(500),
+                    response_header: Duration::from_millis(300),
+                    request: RequestTimeout::After(Duration::from_secs(30)),
+                },
+                ..ClientConfig::default()
+            };
+        });
+        let peer = Peer::from_addr(&silent.addr);
+        // Holds the only slot until its response-header deadline.
+        let holder = {
+            let (c, peer) = (c.clone(), peer.clone());
+            std::thread::spawn(move || c.get(&peer, BlockRequest::new(path())))
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let answered = Arc::new(AtomicUsize::new(0));
+        const WAITERS: usize = 5_000;
+        for _ in 0..WAITERS {
+            let (tx, answered) = (tx.clone(), Arc::clone(&answered));
+            // An origin with a line break cannot be sent: `Exchange::new` refuses it the
+            // moment the waiter gets the slot.
+            let block = BlockRequest {
+                path: path(),
+                origin: Some("http://x\r\ny"),
+                hop: Hop(0),
+            };
+            c.submit(
+                &peer,
+                block,
+                GetOptions::default(),
+                Box::new(move |f| {
+                    if answered.fetch_add(1, Ordering::SeqCst) + 1 == WAITERS {
+                        let _ = tx.send(());
+                    }
+                    assert_eq!(f.local, Some(Local::Unsendable), "{}", f.describe());
+                }),
+            );
+        }
+        let held = holder.join().unwrap();
+        assert_eq!(held.class, OutcomeClass::Unavailable, "{}", held.describe());
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("every waiter answered");
+        assert_eq!(answered.load(Ordering::SeqCst), WAITERS);
+        // The worker is alive: a new request is still served.
+        let again = c.get(&Peer::from_addr("no-port"), BlockRequest::new(path()));
+        assert_eq!(again.class, OutcomeClass::Unavailable);
+    }
+}
+
+/// A roster service stopped right after it started stops at once (the stop is queued
+/// behind the start on the service's worker), and a dropped one stops too.
+#[test]
+fn a_roster_service_shut_down_at_once_stops_at_once() {
+    use peerblock_common::client::ClientOptions;
+    use peerblock_common::metrics::Metrics;
+    use peerblock_core::roster::{Membership, RefreshConfig, RosterMember, NO_EPOCH};
+    let rt = Runtime::new(2, Clock::new(std::time::Instant::now())).unwrap();
+    let client =
+        peerblock_mio::Client::new(&rt, ClientOptions::new(rt.clock(), Metrics::new())).unwrap();
+    let me = RosterMember {
+        id: "me".into(),
+        addr: "127.0.0.1:1".into(),
+        weight: 1.0,
+    };
+    let membership = Arc::new(std::sync::Mutex::new(
+        Membership::new(me, NO_EPOCH, 16).unwrap(),
+    ));
+    let config = RefreshConfig {
+        seeds: vec!["127.0.0.1:9".into()],
+        ..RefreshConfig::default()
+    };
+    let started = Instant::now();
+    let service = peerblock_mio::RosterService::start(
+        &rt,
+        client.clone(),
+        Arc::clone(&membership),
+        config.clone(),
+        1,
+    )
+    .unwrap();
+    service.shutdown();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "stopped at once: {:?}",
+        started.elapsed()
+    );
+    let dropped = peerblock_mio::RosterService::start(&rt, client, membership, config, 2).unwrap();
+    drop(dropped);
+}

@@ -106,6 +106,7 @@ macro_rules! conformance_suite {
             a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one,
             a_silent_holder_that_loses_to_the_hedge_is_still_cut_at_its_deadline_and_charged,
             a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it,
+            a_relayed_fetch_is_given_up_when_its_requester_goes_away,
             a_request_at_the_hop_bound_is_not_relayed_and_the_origin_is_never_asked,
             an_upstream_refusal_is_passed_on_as_502_and_the_relays_circuit_stays_closed,
         );
@@ -1351,6 +1352,49 @@ pub fn a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it(d
     let again = c.get(&peer, request, GetOptions::default());
     assert_eq!(again.bytes(), Some(&block), "{}", again.describe());
     assert_eq!(origin.stats.heads().len(), 1, "served from the cache");
+    relay.shutdown(Duration::from_secs(1));
+}
+
+/// A relayed fetch is given up when its requester goes away (a reset: a half-close still
+/// waits for its answer): the relay closes its connection to the upstream at once
+/// (freeing the slot and the ticket it held) instead of holding it until the upstream's
+/// deadlines.
+pub fn a_relayed_fetch_is_given_up_when_its_requester_goes_away(d: &dyn Driver) {
+    let origin = canned::serve(|_, _, _| Reply::BytesThenHold(Vec::new()));
+    let (_dir, store) = store_with("relay-gone", &[]);
+    let relay = relay_node(d, &store, 3);
+    let mut requester = TcpStream::connect(relay.addr()).expect("connect to the relay");
+    write!(
+        requester,
+        "GET {} HTTP/1.1\r\nHost: relay\r\nX-DART-Origin: http://{}\r\n\r\n",
+        relay_path(),
+        origin.addr
+    )
+    .expect("send the relayed request");
+    let until = |what: &str, cond: &dyn Fn() -> bool| {
+        let end = Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            assert!(Instant::now() < end, "{}: {what}", d.name());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    until("the relay asked the upstream", &|| {
+        origin.stats.heads().len() == 1
+    });
+    assert_eq!(origin.stats.open(), 1);
+    let gone = Instant::now();
+    socket2::SockRef::from(&requester)
+        .set_linger(Some(Duration::ZERO))
+        .expect("SO_LINGER 0");
+    drop(requester); // RST
+    until("the relay closed its upstream connection", &|| {
+        origin.stats.open() == 0
+    });
+    println!(
+        "{}: upstream connection closed {:?} after the requester left",
+        d.name(),
+        gone.elapsed()
+    );
     relay.shutdown(Duration::from_secs(1));
 }
 
