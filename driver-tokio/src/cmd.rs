@@ -168,6 +168,7 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         id: plan.node_id.clone(),
         addr: advertised.clone(),
         weight: 1.0,
+        record: Default::default(),
     };
     let membership: SharedMembership = Arc::new(Mutex::new(
         Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
@@ -333,6 +334,7 @@ pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
         id: FETCH_SELF_ID.to_owned(),
         addr: "fetch.invalid:0".to_owned(),
         weight: 0.0,
+        record: Default::default(),
     };
     let membership: SharedMembership = Arc::new(Mutex::new(
         Membership::new(me, NO_EPOCH, plan.config.roster.capacity)

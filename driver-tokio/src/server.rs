@@ -603,6 +603,7 @@ impl Conn {
                     None => Roster {
                         epoch: NO_EPOCH,
                         members: Vec::new(),
+                        epoch_sig: None,
                     },
                 };
                 if let Err(e) = self.machine.handle_roster(now, id, &roster) {

@@ -44,17 +44,24 @@
 //! rosters and from whom (seeds, then random members), so no driver invents its own loop.
 
 mod decode;
+pub mod record;
 mod refresh;
 mod table;
 
+pub use record::{Attestation, NodeKey, RecordError, RecordFormatError, RecordSig};
 pub use refresh::{
     AnswerOutcome, Refresh, RefreshConfig, RefreshConfigError, RefreshEvent, RefreshStats,
     RefreshTimer, DEFAULT_MAX_REFRESH_IN_FLIGHT, DEFAULT_REFRESH_FANOUT,
     DEFAULT_REFRESH_FETCH_TIMEOUT, DEFAULT_REFRESH_INTERVAL, DEFAULT_REFRESH_JITTER,
     MAX_REFRESH_FANOUT, MAX_REFRESH_INTERVAL, MAX_REFRESH_IN_FLIGHT, MAX_REFRESH_SEEDS,
 };
-pub use table::{Membership, MergeReport};
+pub use table::{
+    ClaimRejection, LearnOutcome, Membership, MembershipMode, MembershipPolicy, MembershipStats,
+    MergeReport, PolicyError, DEFAULT_LEARN_INTERVAL, DEFAULT_MAX_NEW_PER_SOURCE,
+    MAX_LEARN_SOURCES, VERIFY_CACHE_CAPACITY,
+};
 
+use serde::ser::SerializeStruct;
 use serde::Serialize;
 
 use crate::wire;
@@ -99,12 +106,23 @@ pub struct Roster {
     /// [`NO_EPOCH`] (0) when the sender has none.
     #[serde(serialize_with = "epoch_string")]
     pub epoch: u64,
+    /// The cluster authority's signature over `epoch` ([`record::sign_epoch`]), as
+    /// `"epoch_sig"` (128 hex digits; absent when `None`). Only a signed epoch is adopted by
+    /// a node that names the authority; see [`Membership`]. A value that is not 128 hex
+    /// digits is read as `None`.
+    #[serde(
+        serialize_with = "epoch_sig_hex",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub epoch_sig: Option<[u8; 64]>,
     /// Known members, including the sender itself.
     pub members: Vec<RosterMember>,
 }
 
-/// One member: its stable id, the address it advertises, and its placement weight.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One member: its stable id, the address it advertises, its placement weight and, when
+/// signed, its record (written as `seq`, `key`, `sig` beside the other fields, which a
+/// reference peer ignores).
+#[derive(Clone, Debug, PartialEq)]
 pub struct RosterMember {
     /// Stable node id (what liveness and placement are keyed on; never the address, which
     /// pod-IP reuse can recycle to a different member).
@@ -113,6 +131,45 @@ pub struct RosterMember {
     pub addr: String,
     /// Relative placement weight (rendezvous hashing); finite and non-negative.
     pub weight: f64,
+    /// The member's signed record as received or held ([`Attestation::Unsigned`] for a
+    /// reference peer or a member we only know unverified). Only
+    /// [`Attestation::Signed`] is written.
+    pub record: Attestation,
+}
+
+impl RosterMember {
+    /// An unsigned member.
+    pub fn new(id: impl Into<String>, addr: impl Into<String>, weight: f64) -> RosterMember {
+        RosterMember {
+            id: id.into(),
+            addr: addr.into(),
+            weight,
+            record: Attestation::Unsigned,
+        }
+    }
+}
+
+impl Serialize for RosterMember {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let record = self.record.record();
+        let mut st = s.serialize_struct("RosterMember", if record.is_some() { 6 } else { 3 })?;
+        st.serialize_field("id", &self.id)?;
+        st.serialize_field("addr", &self.addr)?;
+        st.serialize_field("weight", &self.weight)?;
+        if let Some(r) = record {
+            st.serialize_field("seq", &r.seq.to_string())?;
+            st.serialize_field("key", &record::hex(&r.key))?;
+            st.serialize_field("sig", &record::hex(&r.sig))?;
+        }
+        st.end()
+    }
+}
+
+fn epoch_sig_hex<S: serde::Serializer>(sig: &Option<[u8; 64]>, s: S) -> Result<S::Ok, S::Error> {
+    match sig {
+        Some(sig) => s.serialize_str(&record::hex(sig)),
+        None => s.serialize_none(),
+    }
 }
 
 /// What was wrong with a roster body we received. The remote peer's fault: the client
@@ -300,17 +357,28 @@ impl Roster {
         let mut members = Vec::with_capacity(raw.members.len());
         for (index, m) in raw.members.into_iter().enumerate() {
             let missing = |field| RosterDecodeError::MissingMemberField { index, field };
+            let record =
+                Attestation::from_fields(m.seq.as_deref(), m.key.as_deref(), m.sig.as_deref());
             let member = RosterMember {
                 id: m.id.ok_or_else(|| missing("id"))?,
                 addr: m.addr.ok_or_else(|| missing("addr"))?,
                 weight: m.weight.ok_or_else(|| missing("weight"))?,
+                record,
             };
             member
                 .check()
                 .map_err(|problem| RosterDecodeError::Member { index, problem })?;
             members.push(member);
         }
-        Ok(Roster { epoch, members })
+        let epoch_sig = raw
+            .epoch_sig
+            .as_deref()
+            .and_then(|t| record::unhex::<64>(t.as_bytes()));
+        Ok(Roster {
+            epoch,
+            epoch_sig,
+            members,
+        })
     }
 
     /// Checks member count and every member of a roster this node is about to send.
@@ -359,11 +427,8 @@ impl Roster {
         if self.contains(id) || self.members.len() >= MAX_ROSTER_MEMBERS {
             return false;
         }
-        self.members.push(RosterMember {
-            id: id.to_owned(),
-            addr: addr.to_owned(),
-            weight: DEFAULT_WEIGHT,
-        });
+        self.members
+            .push(RosterMember::new(id, addr, DEFAULT_WEIGHT));
         true
     }
 }
@@ -394,6 +459,7 @@ mod tests {
             id: id.into(),
             addr: addr.into(),
             weight: 1.0,
+            record: Default::default(),
         }
     }
 
@@ -402,6 +468,7 @@ mod tests {
         let r = Roster {
             epoch: 42,
             members: vec![member("a", "10.0.0.1:1"), member("b", "10.0.0.2:1")],
+            epoch_sig: None,
         };
         let json = r.to_json();
         assert_eq!(Roster::from_json(&json).unwrap(), r);
@@ -412,6 +479,7 @@ mod tests {
         let r = Roster {
             epoch: (1u64 << 53) + 1,
             members: vec![],
+            epoch_sig: None,
         };
         let json = String::from_utf8(r.to_json()).unwrap();
         assert!(json.contains("\"epoch\":\"9007199254740993\""), "{json}");
@@ -422,6 +490,7 @@ mod tests {
         let max = Roster {
             epoch: u64::MAX,
             members: vec![],
+            epoch_sig: None,
         };
         assert_eq!(Roster::from_json(&max.to_json()).unwrap().epoch, u64::MAX);
         // As a JSON number through a double it would not survive: the control.
@@ -478,6 +547,7 @@ mod tests {
         let r = Roster {
             epoch: 1,
             members: vec![member("a", "h:1")],
+            epoch_sig: None,
         };
         let json = String::from_utf8(r.to_json()).unwrap();
         assert!(!json.contains("state"), "{json}");
@@ -553,6 +623,7 @@ mod tests {
     fn too_many_members_rejected() {
         let r = Roster {
             epoch: 1,
+            epoch_sig: None,
             members: (0..=MAX_ROSTER_MEMBERS)
                 .map(|i| member(&i.to_string(), "h:1"))
                 .collect(),
@@ -578,6 +649,7 @@ mod tests {
         let r = Roster {
             epoch: 1,
             members: vec![member("a", "h:1"), member("b", "")],
+            epoch_sig: None,
         };
         assert_eq!(
             r.check(),
@@ -594,11 +666,13 @@ mod tests {
         let addr = "a".repeat(MAX_ADDR_LEN);
         let r = Roster {
             epoch: u64::MAX,
+            epoch_sig: None,
             members: (0..MAX_ROSTER_MEMBERS)
                 .map(|_| RosterMember {
                     id: id.clone(),
                     addr: addr.clone(),
                     weight: f64::MAX,
+                    record: Default::default(),
                 })
                 .collect(),
         };
@@ -620,11 +694,8 @@ mod tests {
             r,
             Roster {
                 epoch: 7,
-                members: vec![RosterMember {
-                    id: "n1".into(),
-                    addr: "127.0.0.1:7070".into(),
-                    weight: 1.0,
-                }],
+                members: vec![RosterMember::new("n1", "127.0.0.1:7070", 1.0)],
+                epoch_sig: None,
             }
         );
     }
@@ -747,6 +818,7 @@ mod tests {
             Roster {
                 epoch: 7,
                 members: vec![member("n1", "127.0.0.1:7070")],
+                epoch_sig: None,
             }
             .to_json(),
         )
@@ -762,6 +834,7 @@ mod tests {
         let mut r = Roster {
             epoch: 1,
             members: vec![member("other", "h:2")],
+            epoch_sig: None,
         };
         assert!(r.ensure_member("resp", "h:1"));
         assert!(r.contains("resp"));

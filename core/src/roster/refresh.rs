@@ -522,7 +522,7 @@ impl Refresh {
                 // a responder id credits nobody first-hand: all of it is hearsay.
                 let responder = answer.responder.as_deref().unwrap_or("");
                 self.stats.merged += 1;
-                AnswerOutcome::Merged(membership.merge(now, responder, &answer.roster))
+                AnswerOutcome::Merged(membership.merge_from(now, addr, responder, &answer.roster))
             }
             _ => {
                 self.stats.failed += 1;
