@@ -170,10 +170,8 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         weight: 1.0,
         record: Default::default(),
     };
-    let membership: SharedMembership = Arc::new(Mutex::new(
-        Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
-            .map_err(|e| NodeError::usage("--listen", format!("advertised address: {e}")))?,
-    ));
+    let membership: SharedMembership =
+        Arc::new(Mutex::new(serve_membership(&plan, me, &advertised)?));
     let ip = plan.listen.ip();
     let local_ip = (!ip.is_unspecified()).then_some(ip);
     let client = client(&plan.config, clock, metrics.clone(), local_ip)?;
@@ -243,6 +241,38 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The table `serve` keeps: this node (its record signed when its id is its key's), the
+/// `[roster]` membership policy and the configured (possibly authority-signed) epoch.
+fn serve_membership(
+    plan: &ServePlan,
+    me: RosterMember,
+    advertised: &str,
+) -> Result<Membership, NodeError> {
+    let weight = me.weight;
+    let mut table = Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
+        .map_err(|e| NodeError::usage("--listen", format!("advertised address: {e}")))?
+        .with_policy(plan.config.membership_policy()?)
+        .map_err(|e| NodeError::Failed(format!("membership policy: {e}")))?;
+    match plan.config.signed_epoch()? {
+        (epoch, Some(sig)) => table
+            .set_signed_epoch(epoch, sig)
+            .map_err(|()| NodeError::Failed("roster.epoch_signature does not verify".into()))?,
+        (epoch, None) => table.raise_epoch(epoch),
+    }
+    if plan.signed {
+        let seq = crate::identity::next_seq(&plan.key_file)?;
+        let record = plan
+            .key
+            .sign(advertised, weight, seq)
+            .map_err(|e| NodeError::usage("--listen", format!("advertised address: {e}")))?;
+        table
+            .set_record(record)
+            .map_err(|e| NodeError::Failed(format!("own record: {e}")))?;
+        tracing::info!(id = %plan.key.id(), seq, "signed member record");
+    }
+    Ok(table)
 }
 
 /// Prints a line on stdout and flushes it (stdout is a pipe under tests and scripts).
