@@ -70,7 +70,7 @@ pub struct Metrics {
     /// `peerblock_roster_rejected_total{reason}`: membership claims rejected, by reason
     /// (`replayed`, `wrong-key`, `bad-signature`, `malformed`, `unverified`,
     /// `rate-limited`, `epoch-refused`); see docs/security.md.
-    pub roster_rejected: Family<OutcomeLabel, Counter>,
+    pub roster_rejected: Family<ReasonLabel, Counter>,
     /// `peerblock_roster_signature_checks_total`: Ed25519 verifications run by the table.
     pub roster_signature_checks: Counter,
     /// `peerblock_roster_verify_cache_hits_total`: records recognised without a check.
@@ -207,9 +207,9 @@ impl Metrics {
         ] {
             if total > 0 {
                 sync(
-                    &self
-                        .roster_rejected
-                        .get_or_create(&OutcomeLabel { outcome: reason }),
+                    &self.roster_rejected.get_or_create(&ReasonLabel {
+                        reason: reason.to_owned(),
+                    }),
                     total,
                 );
             }
