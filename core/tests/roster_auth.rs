@@ -505,3 +505,33 @@ fn our_own_record_must_verify() {
         Attestation::Signed(_)
     ));
 }
+
+#[test]
+fn one_bad_signature_in_a_batch_rejects_only_that_member() {
+    let mut t = table();
+    let keys: Vec<NodeKey> = (1..=32).map(key).collect();
+    let mut members: Vec<RosterMember> =
+        keys.iter().map(|k| signed(k, "10.0.0.2:7070", 1)).collect();
+    if let Attestation::Signed(r) = &mut members[17].record {
+        r.sig[5] ^= 0x40;
+    }
+    let rep = t.merge(T0, "peer", &roster(members));
+    assert_eq!((rep.added, rep.rejected), (31, 1));
+    assert_eq!(t.addr(keys[17].id()), None);
+    assert_eq!(t.stats().bad_signature, 1);
+    // The failed batch fell back to one check per record.
+    assert_eq!(t.stats().signature_checks, 32);
+}
+
+#[test]
+fn a_batch_verified_roster_counts_each_record_once() {
+    let mut t = table();
+    let keys: Vec<NodeKey> = (1..=32).map(key).collect();
+    let r = roster(keys.iter().map(|k| signed(k, "10.0.0.2:7070", 1)).collect());
+    let rep = t.merge(T0, "peer", &r);
+    assert_eq!(rep.added, 32);
+    assert_eq!(t.stats().signature_checks, 32);
+    for k in &keys {
+        assert!(t.record(k.id()).is_some());
+    }
+}

@@ -311,6 +311,60 @@ fn parse_header(value: &[u8]) -> Result<(RecordSig, f64), RecordFormatError> {
     Ok((parse_fields(Some(seq), Some(key), Some(sig))?, weight))
 }
 
+/// One record to verify in a batch ([`verify_batch`]): the record and the claim it signs.
+#[derive(Clone, Copy, Debug)]
+pub struct Claimed<'a> {
+    /// The record.
+    pub record: &'a RecordSig,
+    /// The member's id.
+    pub id: &'a str,
+    /// The member's address.
+    pub addr: &'a str,
+    /// The member's weight.
+    pub weight: f64,
+}
+
+/// Whether every record verifies, checked at once: each id must be derived from its key
+/// and each key valid and not weak (as [`RecordSig::verify`] requires), then all the
+/// signatures are checked together (Ed25519 batch verification, with its coefficients
+/// derived from the inputs, no RNG: the same inputs always give the same answer). About
+/// three times cheaper per record than one by one for large batches. `false` says only
+/// that at least one does not verify: verify them one by one to find which.
+pub fn verify_batch(claims: &[Claimed<'_>]) -> bool {
+    let mut messages = Vec::with_capacity(claims.len());
+    let mut signatures = Vec::with_capacity(claims.len());
+    let mut keys = Vec::with_capacity(claims.len());
+    for c in claims {
+        if check_identity(c.id, c.addr).is_err()
+            || !c.weight.is_finite()
+            || c.weight < 0.0
+            || id_for_key(&c.record.key) != c.id
+        {
+            return false;
+        }
+        let Ok(key) = VerifyingKey::from_bytes(&c.record.key) else {
+            return false;
+        };
+        if key.is_weak() {
+            return false;
+        }
+        let mut msg = Vec::with_capacity(MAX_MESSAGE_LEN);
+        message(
+            &mut msg,
+            c.id,
+            c.addr,
+            c.weight,
+            c.record.seq,
+            &c.record.key,
+        );
+        messages.push(msg);
+        signatures.push(Signature::from_bytes(&c.record.sig));
+        keys.push(key);
+    }
+    let messages: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+    ed25519_dalek::verify_batch(&messages, &signatures, &keys).is_ok()
+}
+
 /// Signs `epoch` with a cluster authority key (the operator's tool; pure).
 pub fn sign_epoch(authority: &NodeKey, epoch: u64) -> [u8; 64] {
     authority.signing.sign(&epoch_message(epoch)).to_bytes()
@@ -465,6 +519,47 @@ mod tests {
             Attestation::from_fields(Some("1"), Some(&k), Some("zz")),
             Attestation::Malformed(RecordFormatError::Sig)
         );
+    }
+
+    #[test]
+    fn a_batch_verifies_only_if_every_record_does() {
+        let keys: Vec<NodeKey> = (1..=20).map(key).collect();
+        let addr = "10.0.0.1:7070";
+        let recs: Vec<RecordSig> = keys.iter().map(|k| k.sign(addr, 1.0, 1).unwrap()).collect();
+        let claims = |recs: &[RecordSig]| -> Vec<(RecordSig, String)> {
+            recs.iter()
+                .zip(&keys)
+                .map(|(r, k)| (*r, k.id().to_owned()))
+                .collect()
+        };
+        let owned = claims(&recs);
+        let good: Vec<Claimed<'_>> = owned
+            .iter()
+            .map(|(r, id)| Claimed {
+                record: r,
+                id,
+                addr,
+                weight: 1.0,
+            })
+            .collect();
+        assert!(verify_batch(&good));
+        let mut bad = recs.clone();
+        bad[7].sig[3] ^= 0x10;
+        let owned_bad = claims(&bad);
+        let batch: Vec<Claimed<'_>> = owned_bad
+            .iter()
+            .map(|(r, id)| Claimed {
+                record: r,
+                id,
+                addr,
+                weight: 1.0,
+            })
+            .collect();
+        assert!(!verify_batch(&batch));
+        // Another claimed address breaks it too.
+        let mut moved = good.clone();
+        moved[2].addr = "10.6.6.6:1";
+        assert!(!verify_batch(&moved));
     }
 
     #[test]
