@@ -13,6 +13,9 @@
 mod exchange;
 mod ops;
 mod server_connection;
+mod signed_record;
+
+pub use signed_record::signed_record;
 
 pub use exchange::exchange;
 pub use server_connection::server_connection;
