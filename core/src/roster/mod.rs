@@ -39,8 +39,14 @@
 //! (the peer's fault: the client exchange reports it as a protocol error), and
 //! [`RosterBuildError`] for a roster this node is about to send (our own misuse).
 //!
-//! [`Membership`] is the bounded table a node keeps; its merge and epoch rules are
-//! documented on the type. [`Refresh`] is the machine that decides when the node fetches
+//! **Signed records** ([`record`]): a node's id is derived from its Ed25519 public key, and
+//! its record (id, address, weight, a growing sequence number, key) is signed by it and
+//! carried as extra member fields (`seq`, `key`, `sig`) and the `X-Peerblock-Record`
+//! request header, which a reference peer ignores. An authority-signed epoch travels as
+//! `epoch_sig`. See `docs/security.md`.
+//!
+//! [`Membership`] is the bounded table a node keeps; its verification, merge, epoch and
+//! learning-budget rules are documented on the type. [`Refresh`] is the machine that decides when the node fetches
 //! rosters and from whom (seeds, then random members), so no driver invents its own loop.
 
 mod decode;
@@ -58,7 +64,7 @@ pub use refresh::{
 pub use table::{
     ClaimRejection, LearnOutcome, Membership, MembershipMode, MembershipPolicy, MembershipStats,
     MergeReport, PolicyError, DEFAULT_LEARN_INTERVAL, DEFAULT_MAX_NEW_PER_SOURCE,
-    MAX_LEARN_SOURCES, VERIFY_CACHE_CAPACITY,
+    MAX_LEARN_INTERVAL, MAX_LEARN_SOURCES, MIN_VERIFY_BATCH, VERIFY_CACHE_CAPACITY,
 };
 
 use serde::ser::SerializeStruct;
