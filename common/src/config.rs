@@ -36,7 +36,7 @@ use peerblock_core::read::{ReadConfig, ReadConfigError};
 use peerblock_core::roster::record::{unhex, verify_epoch};
 use peerblock_core::roster::{
     MembershipMode, MembershipPolicy, RefreshConfig, RefreshConfigError, DEFAULT_LEARN_INTERVAL,
-    DEFAULT_MAX_NEW_PER_SOURCE, MAX_ROSTER_MEMBERS,
+    DEFAULT_MAX_CHECKS_PER_SOURCE, DEFAULT_MAX_NEW_PER_SOURCE, MAX_ROSTER_MEMBERS,
 };
 use peerblock_core::server::{
     AdmissionConfig, AdmissionConfigError, RateLimit, RelayConfig, ServerConfig, ServerConfigError,
@@ -396,6 +396,9 @@ pub struct RosterTable {
     pub epoch_signature: Option<String>,
     /// New members one source may add per `learn_interval` (default 256, at least 1).
     pub max_new_per_source: usize,
+    /// Signature checks one source's claims may cost per `learn_interval` (default 512, at
+    /// least 1).
+    pub max_checks_per_source: usize,
     /// The window of `max_new_per_source` (default 30 s).
     #[serde(deserialize_with = "de_duration")]
     pub learn_interval: Duration,
@@ -428,6 +431,7 @@ impl Default for RosterTable {
             epoch: 0,
             epoch_signature: None,
             max_new_per_source: DEFAULT_MAX_NEW_PER_SOURCE,
+            max_checks_per_source: DEFAULT_MAX_CHECKS_PER_SOURCE,
             learn_interval: DEFAULT_LEARN_INTERVAL,
         }
     }
@@ -552,6 +556,7 @@ impl NodeConfig {
             },
             authority,
             max_new_per_source: r.max_new_per_source,
+            max_checks_per_source: r.max_checks_per_source,
             learn_interval: r.learn_interval,
         };
         policy

@@ -71,6 +71,7 @@ fn roster_4096(c: &mut Criterion) {
     let responder = roster.members[0].id.clone();
     let all = MembershipPolicy {
         max_new_per_source: MAX_ROSTER_MEMBERS,
+        max_checks_per_source: MAX_ROSTER_MEMBERS,
         ..MembershipPolicy::default()
     };
     let mut g = c.benchmark_group("roster_4096");

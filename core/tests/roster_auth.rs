@@ -535,3 +535,42 @@ fn a_batch_verified_roster_counts_each_record_once() {
         assert!(t.record(k.id()).is_some());
     }
 }
+
+#[test]
+fn garbage_updates_of_known_members_cost_at_most_the_sources_check_budget() {
+    let mut t = table_with(MembershipPolicy {
+        max_checks_per_source: 10,
+        ..MembershipPolicy::default()
+    });
+    let keys: Vec<NodeKey> = (1..=40).map(key).collect();
+    // The real members, learned from their own (honest) sources.
+    for (i, k) in keys.iter().enumerate() {
+        t.merge(
+            T0,
+            &format!("honest-{i}"),
+            &roster(vec![signed(k, "10.0.0.2:7070", 1)]),
+        );
+    }
+    let before = t.stats().signature_checks;
+    // One source relays a "newer" record for every one of them, each with a bad signature.
+    let bogus: Vec<RosterMember> = keys
+        .iter()
+        .map(|k| {
+            let mut m = signed(k, "10.6.6.6:7070", 2);
+            if let Attestation::Signed(r) = &mut m.record {
+                r.sig[9] ^= 1;
+            }
+            m
+        })
+        .collect();
+    let rep = t.merge(T0, "10.6.6.6:7070", &roster(bogus));
+    assert_eq!(
+        t.stats().signature_checks - before,
+        10,
+        "budget of 10 checks"
+    );
+    assert_eq!((rep.rejected, rep.rate_limited), (10, 30));
+    for k in &keys {
+        assert_eq!(t.addr(k.id()), Some("10.0.0.2:7070"));
+    }
+}

@@ -328,14 +328,14 @@ fn roster_membership_keys_set_the_membership_policy() {
     let authority = NodeKey::from_seed(&[4; 32]);
     let sig = hex(&sign_epoch(&authority, 9));
     let c = parse(&format!(
-        "[roster]\nmembership = \"verified-only\"\nkey_file = \"/tmp/k\"\nauthority_key = \"{}\"\nepoch = 9\nepoch_signature = \"{sig}\"\nmax_new_per_source = 32\nlearn_interval = \"2m\"\n",
+        "[roster]\nmembership = \"verified-only\"\nkey_file = \"/tmp/k\"\nauthority_key = \"{}\"\nepoch = 9\nepoch_signature = \"{sig}\"\nmax_new_per_source = 32\nmax_checks_per_source = 64\nlearn_interval = \"2m\"\n",
         hex(&authority.public())
     ))
     .unwrap();
     let p = c.membership_policy().unwrap();
     assert_eq!(p.mode, MembershipMode::VerifiedOnly);
     assert_eq!(p.authority, Some(authority.public()));
-    assert_eq!(p.max_new_per_source, 32);
+    assert_eq!((p.max_new_per_source, p.max_checks_per_source), (32, 64));
     assert_eq!(p.learn_interval, Duration::from_secs(120));
     assert_eq!(c.signed_epoch().unwrap().0, 9);
     assert_eq!(
@@ -361,6 +361,10 @@ fn roster_membership_mistakes_name_their_key() {
         (
             "[roster]\nmax_new_per_source = 0\n",
             "roster.max_new_per_source",
+        ),
+        (
+            "[roster]\nmax_checks_per_source = 0\n",
+            "roster.max_checks_per_source",
         ),
         (
             "[roster]\nlearn_interval = \"0s\"\n",

@@ -63,8 +63,9 @@ pub use refresh::{
 };
 pub use table::{
     ClaimRejection, LearnOutcome, Membership, MembershipMode, MembershipPolicy, MembershipStats,
-    MergeReport, PolicyError, DEFAULT_LEARN_INTERVAL, DEFAULT_MAX_NEW_PER_SOURCE,
-    MAX_LEARN_INTERVAL, MAX_LEARN_SOURCES, MIN_VERIFY_BATCH, VERIFY_CACHE_CAPACITY,
+    MergeReport, PolicyError, DEFAULT_LEARN_INTERVAL, DEFAULT_MAX_CHECKS_PER_SOURCE,
+    DEFAULT_MAX_NEW_PER_SOURCE, MAX_LEARN_INTERVAL, MAX_LEARN_SOURCES, MIN_VERIFY_BATCH,
+    VERIFY_CACHE_CAPACITY,
 };
 
 use serde::ser::SerializeStruct;

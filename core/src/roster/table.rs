@@ -12,6 +12,13 @@ use crate::time::{Duration, Instant};
 /// one hostile source can introduce at most 256 invented members per 30 s.
 pub const DEFAULT_MAX_NEW_PER_SOURCE: usize = 256;
 
+/// Default [`MembershipPolicy::max_checks_per_source`]: 512 signature checks per source per
+/// interval, twice the default budget of new members: room for a source's new members and as
+/// many updates (higher sequence numbers) of known ones, while a source relaying garbage
+/// records with invented higher sequence numbers for every known member costs at most
+/// 512 checks (about 20 ms here) per interval, not one per member per exchange.
+pub const DEFAULT_MAX_CHECKS_PER_SOURCE: usize = 512;
+
 /// Default [`MembershipPolicy::learn_interval`]: 30 s, the roster refresh's interval, so
 /// a source's budget refills once per round.
 pub const DEFAULT_LEARN_INTERVAL: Duration = Duration::from_secs(30);
@@ -70,7 +77,11 @@ pub struct MembershipPolicy {
     /// New members one source (a fetched roster's address; a caller's IP) may add per
     /// `learn_interval` (default [`DEFAULT_MAX_NEW_PER_SOURCE`]; at least 1).
     pub max_new_per_source: usize,
-    /// The window of `max_new_per_source` (default [`DEFAULT_LEARN_INTERVAL`]; positive, at
+    /// Signature checks one source's claims may cost per `learn_interval` (default
+    /// [`DEFAULT_MAX_CHECKS_PER_SOURCE`]; at least 1). Claims beyond it are rate-limited
+    /// unverified (records already held or cached cost no check and pass).
+    pub max_checks_per_source: usize,
+    /// The window of `max_new_per_source` and `max_checks_per_source` (default [`DEFAULT_LEARN_INTERVAL`]; positive, at
     /// most [`MAX_LEARN_INTERVAL`]).
     pub learn_interval: Duration,
 }
@@ -81,6 +92,7 @@ impl Default for MembershipPolicy {
             mode: MembershipMode::Open,
             authority: None,
             max_new_per_source: DEFAULT_MAX_NEW_PER_SOURCE,
+            max_checks_per_source: DEFAULT_MAX_CHECKS_PER_SOURCE,
             learn_interval: DEFAULT_LEARN_INTERVAL,
         }
     }
@@ -125,6 +137,11 @@ impl MembershipPolicy {
                 field: "max_new_per_source",
             });
         }
+        if self.max_checks_per_source == 0 {
+            return Err(PolicyError::Zero {
+                field: "max_checks_per_source",
+            });
+        }
         if self.learn_interval.is_zero() {
             return Err(PolicyError::Zero {
                 field: "learn_interval",
@@ -161,7 +178,8 @@ pub enum ClaimRejection {
     /// An unverified claim that would change a verified member, or any unverified claim in
     /// [`MembershipMode::VerifiedOnly`].
     Unverified,
-    /// The source's budget of new members for this interval is spent.
+    /// The source's budget of new members, or of signature checks, for this interval is
+    /// spent.
     RateLimited,
 }
 
@@ -256,6 +274,13 @@ pub struct MergeReport {
 struct Window {
     start: Instant,
     added: usize,
+    checks: usize,
+}
+
+/// Why a record was not found verified.
+enum VerifyFail {
+    Record(RecordError),
+    Budget,
 }
 
 /// The outcome of one claim inside the table.
@@ -583,9 +608,12 @@ impl Membership {
     /// batch that fails marks nothing: the claims then verify one by one and find the bad
     /// records. Rules are unchanged: this only moves the checks ahead.
     fn verify_ahead(&mut self, now: Instant, source: &str, roster: &Roster) {
-        let mut remaining = self.remaining_budget(now, source);
+        let (mut remaining, checks) = self.remaining_budget(now, source);
         let mut wanted: Vec<(Claimed<'_>, [u8; 32])> = Vec::new();
         for m in &roster.members {
+            if wanted.len() >= checks {
+                break;
+            }
             let Attestation::Signed(r) = &m.record else {
                 continue;
             };
@@ -619,19 +647,22 @@ impl Membership {
         let claims: Vec<Claimed<'_>> = wanted.iter().map(|(c, _)| *c).collect();
         if verify_batch(&claims) {
             self.stats.signature_checks += wanted.len() as u64;
+            self.window(now, source).checks += wanted.len();
             self.batch_ok.extend(wanted.iter().map(|(_, d)| *d));
         }
     }
 
-    /// New members `source` may still add in its current window.
-    fn remaining_budget(&mut self, now: Instant, source: &str) -> usize {
-        let max = self.policy.max_new_per_source;
-        match self.sources.get(source) {
-            Some(w) if now.saturating_duration_since(w.start) < self.policy.learn_interval => {
-                max.saturating_sub(w.added)
-            }
-            _ => max,
-        }
+    /// New members and signature checks `source` may still spend in its current window.
+    fn remaining_budget(&mut self, now: Instant, source: &str) -> (usize, usize) {
+        let (max_new, max_checks) = (
+            self.policy.max_new_per_source,
+            self.policy.max_checks_per_source,
+        );
+        let w = self.window(now, source);
+        (
+            max_new.saturating_sub(w.added),
+            max_checks.saturating_sub(w.checks),
+        )
     }
 
     /// Applies one claim under the rules (bounds already checked, never our own id).
@@ -677,15 +708,16 @@ impl Membership {
                 if new && !self.budget(now, source) {
                     return reject(self, ClaimRejection::RateLimited);
                 }
-                if let Err(e) = self.verify(r, id, addr, w) {
+                if let Err(e) = self.verify(now, source, r, id, addr, w) {
                     return reject(
                         self,
                         match e {
-                            RecordError::IdMismatch => ClaimRejection::WrongKey,
-                            RecordError::BadKey | RecordError::BadSignature => {
+                            VerifyFail::Budget => ClaimRejection::RateLimited,
+                            VerifyFail::Record(RecordError::IdMismatch) => ClaimRejection::WrongKey,
+                            VerifyFail::Record(RecordError::BadKey | RecordError::BadSignature) => {
                                 ClaimRejection::BadSignature
                             }
-                            RecordError::Member(_) => ClaimRejection::Malformed,
+                            VerifyFail::Record(RecordError::Member(_)) => ClaimRejection::Malformed,
                         },
                     );
                 }
@@ -715,16 +747,31 @@ impl Membership {
         }
     }
 
-    /// Verifies a record, through the cache.
-    fn verify(&mut self, r: &RecordSig, id: &str, addr: &str, w: f64) -> Result<(), RecordError> {
+    /// Verifies a record: the cache, then the merge's batch, then one check charged to
+    /// `source`'s check budget.
+    fn verify(
+        &mut self,
+        now: Instant,
+        source: &str,
+        r: &RecordSig,
+        id: &str,
+        addr: &str,
+        w: f64,
+    ) -> Result<(), VerifyFail> {
         let digest = r.digest(id, addr, w);
         if self.cache.contains(&digest) {
             self.stats.cache_hits += 1;
             return Ok(());
         }
         if !self.batch_ok.remove(&digest) {
+            let max = self.policy.max_checks_per_source;
+            let window = self.window(now, source);
+            if window.checks >= max {
+                return Err(VerifyFail::Budget);
+            }
+            window.checks += 1;
             self.stats.signature_checks += 1;
-            r.verify(id, addr, w)?;
+            r.verify(id, addr, w).map_err(VerifyFail::Record)?;
         }
         if self.cache_order.len() >= VERIFY_CACHE_CAPACITY {
             if let Some(old) = self.cache_order.pop_front() {
@@ -737,28 +784,11 @@ impl Membership {
         Ok(())
     }
 
-    /// Whether `source` may add one more new member now (opening or renewing its window).
-    fn budget(&mut self, now: Instant, source: &str) -> bool {
+    /// `source`'s window, opened (forgetting the oldest window when
+    /// [`MAX_LEARN_SOURCES`] are tracked) or renewed once `learn_interval` has passed.
+    fn window(&mut self, now: Instant, source: &str) -> &mut Window {
         let interval = self.policy.learn_interval;
-        if let Some(w) = self.sources.get_mut(source) {
-            if now.saturating_duration_since(w.start) >= interval {
-                *w = Window {
-                    start: now,
-                    added: 0,
-                };
-            }
-            return w.added < self.policy.max_new_per_source;
-        }
-        true
-    }
-
-    /// Charges one new member to `source`.
-    fn charge(&mut self, now: Instant, source: &str) {
-        if let Some(w) = self.sources.get_mut(source) {
-            w.added += 1;
-            return;
-        }
-        if self.sources.len() >= MAX_LEARN_SOURCES {
+        if !self.sources.contains_key(source) && self.sources.len() >= MAX_LEARN_SOURCES {
             let oldest = self
                 .sources
                 .iter()
@@ -768,13 +798,30 @@ impl Membership {
                 self.sources.remove(&s);
             }
         }
-        self.sources.insert(
-            source.to_owned(),
-            Window {
+        let w = self.sources.entry(source.to_owned()).or_insert(Window {
+            start: now,
+            added: 0,
+            checks: 0,
+        });
+        if now.saturating_duration_since(w.start) >= interval {
+            *w = Window {
                 start: now,
-                added: 1,
-            },
-        );
+                added: 0,
+                checks: 0,
+            };
+        }
+        w
+    }
+
+    /// Whether `source` may add one more new member now.
+    fn budget(&mut self, now: Instant, source: &str) -> bool {
+        let max = self.policy.max_new_per_source;
+        self.window(now, source).added < max
+    }
+
+    /// Charges one new member to `source`.
+    fn charge(&mut self, now: Instant, source: &str) {
+        self.window(now, source).added += 1;
     }
 
     /// Inserts or updates a claim that passed the rules.
