@@ -15,7 +15,8 @@
 //! - **The caller teaches the server.** The caller sends its id (`X-DART-Node`) and its
 //!   advertised address (`X-DART-Peer-Addr`), which cannot be derived from the connection
 //!   (the source port is ephemeral). The server learns exactly that pair
-//!   ([`Membership::learn`]); a caller that omits either teaches nothing.
+//!   ([`Membership::learn_caller`], with its signed record if it sent one); a caller that
+//!   omits either teaches nothing.
 //!
 //! Wire form, as we write it (keys as below; see `docs/wire.md` for why this spelling):
 //!

@@ -255,7 +255,7 @@ pub enum ServerEvent {
         /// What to fetch, with the relayed hop.
         request: SourceRequest,
     },
-    /// A roster request: if `caller` is present, learn it (`Membership::learn`); answer
+    /// A roster request: if `caller` is present, learn it (`Membership::learn_caller`, with its record); answer
     /// with [`ServerConnection::handle_roster`]. `None` is an anonymous caller, which
     /// teaches nothing.
     Roster {
