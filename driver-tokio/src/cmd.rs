@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use peerblock_core::client::{placement_members, BlockRequest};
 use peerblock_core::read::ReadOutcome;
-use peerblock_core::roster::{Membership, RosterMember, NO_EPOCH};
+use peerblock_core::roster::{Membership, RosterMember, MAX_ROSTER_MEMBERS, NO_EPOCH};
 use peerblock_core::time::Clock;
 use peerblock_core::wire::{BlockPath, ChunkKey};
 use tokio::net::TcpListener;
@@ -366,9 +366,17 @@ pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
         weight: 0.0,
         record: Default::default(),
     };
+    // The configured membership policy (verified-only, authority), but a one-shot fetch
+    // learns the whole cluster from the seeds its operator named in one pass: its
+    // per-source budgets are the table's capacity (memory stays bounded by it).
+    let mut policy = plan.config.membership_policy()?;
+    policy.max_new_per_source = MAX_ROSTER_MEMBERS;
+    policy.max_checks_per_source = MAX_ROSTER_MEMBERS;
     let membership: SharedMembership = Arc::new(Mutex::new(
         Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
-            .map_err(|e| NodeError::Failed(format!("roster table: {e}")))?,
+            .map_err(|e| NodeError::Failed(format!("roster table: {e}")))?
+            .with_policy(policy)
+            .map_err(|e| NodeError::Failed(format!("membership policy: {e}")))?,
     ));
     learn_cluster(&client, &plan.seeds, &membership).await;
     let known = lock(&membership).len();
