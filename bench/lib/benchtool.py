@@ -87,37 +87,60 @@ def serve_summary(args):
                 "loadavg1": med_range([float(r["load1"]) for r in rs]),
             }
         ratios = {}
-        if "peerblock" in servers:
-            bases = [s for s in servers if s != "peerblock"]
-            nginxes = [s for s in bases if s.startswith("nginx")]
-            targets = bases + (["nginx-best"] if len(nginxes) > 1 else [])
-            for b in targets:
-                vals = []
-                rounds = sorted({int(r["round"]) for r in rows})
-                for rnd in rounds:
-                    def rps_of(server):
-                        for r in rows:
-                            if (int(r["size"]) == size and r["server"] == server
-                                    and int(r["round"]) == rnd):
-                                return float(r["rps"])
-                        return None
-                    p = rps_of("peerblock")
-                    if b == "nginx-best":
-                        got = [rps_of(n) for n in nginxes]
-                        q = max(got) if None not in got else None
-                    else:
-                        q = rps_of(b)
-                    if p is not None and q:
-                        vals.append(p / q)
-                if vals:
-                    ratios[f"peerblock/{b}"] = med_range(vals)
+        rounds = sorted({int(r["round"]) for r in rows})
+
+        def rps_of(server, rnd):
+            for r in rows:
+                if (int(r["size"]) == size and r["server"] == server
+                        and int(r["round"]) == rnd):
+                    return float(r["rps"])
+            return None
+
+        ours = [s for s in servers if s.startswith("peerblock")]
+        bases = [s for s in servers if not s.startswith("peerblock")]
+        nginxes = [s for s in bases if s.startswith("nginx")]
+        targets = bases + (["nginx-best"] if len(nginxes) > 1 else [])
+        pairs = [(a, b) for a in ours for b in targets]
+        # Each mio variant against the tokio node ("peerblock"), and sendfile against
+        # the mio driver's buffered path.
+        pairs += [(a, "peerblock") for a in ours if a != "peerblock" and "peerblock" in ours]
+        if "peerblock-mio-sendfile" in ours and "peerblock-mio" in ours:
+            pairs.append(("peerblock-mio-sendfile", "peerblock-mio"))
+        for a, b in pairs:
+            vals = []
+            for rnd in rounds:
+                p = rps_of(a, rnd)
+                if b == "nginx-best":
+                    got = [rps_of(n, rnd) for n in nginxes]
+                    q = max(got) if None not in got else None
+                else:
+                    q = rps_of(b, rnd)
+                if p is not None and q:
+                    vals.append(p / q)
+            if vals:
+                ratios[f"{a}/{b}"] = med_range(vals)
+        # What each node path copied through user space per response, from its own
+        # counters: bytes read from store files, bytes sent with sendfile.
+        for s in ours:
+            rs = [r for r in rows if int(r["size"]) == size and r["server"] == s
+                  and float(r.get("responses") or 0) > 0]
+            if rs:
+                resp = sum(float(r["responses"]) for r in rs)
+                per[s]["store_read_bytes_per_response"] = sum(
+                    float(r["store_read_bytes"]) for r in rs) / resp
+                per[s]["sendfile_bytes_per_response"] = sum(
+                    float(r["sendfile_bytes"]) for r in rs) / resp
         out["sizes"][str(size)] = {"servers": per, "ratios": ratios}
         lines.append(f"{size_label(size)} ({size} B body), median [min, max] over "
                      f"{len(next(iter(per.values()))['rps']['rounds'])} rounds:")
         lines.append(f"  {'server':<18} {'requests/s':<28} {'body MiB/s':<26}")
         for s, v in per.items():
-            lines.append(f"  {s:<18} {fmt_mr(v['rps']):<28} "
-                         f"{fmt_mr(v['body_bytes_per_s'], 1 << 20):<26}")
+            copy = ""
+            if "store_read_bytes_per_response" in v:
+                copy = (f"read from files {v['store_read_bytes_per_response']:.1f} B/response, "
+                        f"sendfile {v['sendfile_bytes_per_response']:.0f} B/response")
+            lines.append(f"  {s:<22} {fmt_mr(v['rps']):<28} "
+                         f"{fmt_mr(v['body_bytes_per_s'], 1 << 20):<26} {copy}")
         for k, v in ratios.items():
             lines.append(f"  {k:<32} {v['median']:.2f}x [{v['min']:.2f}, {v['max']:.2f}]"
                          f"  (per-round ratios: "

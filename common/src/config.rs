@@ -236,6 +236,20 @@ pub struct ListenerConfig {
     /// Bytes of hot blocks the store keeps in memory (default 256 MiB; 0 turns the cache
     /// off; a block above an eighth of it is never cached).
     pub block_cache_bytes: u64,
+    /// How block bodies reach the socket (default `buffered`; `sendfile` is the mio
+    /// driver's zero-copy path and needs `serve --driver mio`).
+    pub body_path: BodyPathKey,
+}
+
+/// `[listener] body_path`: how a `200`'s block body is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BodyPathKey {
+    /// Read into memory (the hot-block cache) and written from there.
+    #[default]
+    Buffered,
+    /// Written straight from the store file with `sendfile(2)` (mio driver only).
+    Sendfile,
 }
 
 impl Default for ListenerConfig {
@@ -259,6 +273,7 @@ impl Default for ListenerConfig {
             relay: true,
             max_hop: RelayConfig::default().max_hop,
             block_cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
+            body_path: BodyPathKey::Buffered,
         }
     }
 }

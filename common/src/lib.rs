@@ -8,6 +8,10 @@
 //! | [`manifest`] | content addressing with BLAKE3: import, manifests, block validation |
 //! | [`config`] | the node's TOML configuration, checked with core's validators |
 //! | [`metrics`] | the Prometheus metrics every part of a node updates |
+//! | [`client`] | what both clients share: peers, options, outcomes, the pool's bookkeeping |
+//! | [`relay`] | where a relayed fetch goes and how its answer maps onto core's `SourceResult` |
+//! | [`roster`] | the roster answer a server gives (learning an identified caller first) |
+//! | [`read`] | what both readers share: candidates, placement discovery, the block asked for, the result |
 //!
 //! `peerblock-tokio` (the tokio driver and the `peerblock-node` binary) and
 //! `peerblock-mio` (the mio driver) both build on this crate, so the two drivers read the
@@ -16,7 +20,18 @@
 
 #![warn(missing_docs)]
 
+use std::sync::{Arc, Mutex};
+
+pub mod client;
 pub mod config;
 pub mod manifest;
 pub mod metrics;
+pub mod read;
+pub mod relay;
+pub mod roster;
 pub mod store;
+
+/// The node's roster table, shared by its server (which answers roster requests and learns
+/// identified callers), its roster service and its discovery. A plain mutex: every use is
+/// short and never held across an `.await` or a blocking call.
+pub type SharedMembership = Arc<Mutex<peerblock_core::roster::Membership>>;

@@ -75,6 +75,12 @@ pub struct Metrics {
     pub roster_signature_checks: Counter,
     /// `peerblock_roster_verify_cache_hits_total`: records recognised without a check.
     pub roster_verify_cache_hits: Counter,
+    /// Block bytes read from store files into user space to be served (a cache miss on
+    /// the buffered path). The zero-copy path reads none.
+    pub store_read_bytes: Counter,
+    /// Block bytes sent with `sendfile` straight from store files (the mio driver's
+    /// zero-copy path): never copied through user space.
+    pub sendfile_bytes: Counter,
 }
 
 impl Default for Metrics {
@@ -104,6 +110,8 @@ impl Metrics {
             roster_rejected: Family::default(),
             roster_signature_checks: Counter::default(),
             roster_verify_cache_hits: Counter::default(),
+            store_read_bytes: Counter::default(),
+            sendfile_bytes: Counter::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -182,6 +190,16 @@ impl Metrics {
             format!("{p}_roster_verify_cache_hits"),
             "Member records recognised as verified without a check",
             m.roster_verify_cache_hits.clone(),
+        );
+        r.register(
+            format!("{p}_store_read_bytes"),
+            "Block bytes read from store files into user space to be served",
+            m.store_read_bytes.clone(),
+        );
+        r.register(
+            format!("{p}_sendfile_bytes"),
+            "Block bytes sent with sendfile straight from store files",
+            m.sendfile_bytes.clone(),
         );
         m.registry = Arc::new(registry);
         m

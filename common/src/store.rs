@@ -91,6 +91,7 @@ pub struct FileStore {
     root: Arc<PathBuf>,
     max_block_size: u64,
     cache: Arc<Mutex<BlockCache>>,
+    lookups: Arc<AtomicU64>,
 }
 
 /// A FIFO-evicted map of blocks bounded by their total size. A block larger than an
@@ -158,6 +159,7 @@ impl FileStore {
                 max_bytes: cache_bytes,
                 ..BlockCache::default()
             })),
+            lookups: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -172,7 +174,18 @@ impl FileStore {
 
     /// The cached copy of block `path`, if it is hot (no file access).
     pub fn cached(&self, path: &BlockPath) -> Option<Bytes> {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
         self.lock_cache().get(path)
+    }
+
+    /// How many times this store (any clone of it) was asked for a block, through
+    /// [`cached`](Self::cached), [`get_blocking`](Self::get_blocking) or
+    /// [`open_block`](Self::open_block) (one request may count more than once: a cache
+    /// miss then a file read). For tests: a request the server must never hand to its
+    /// source (a bad hop, a malformed path) leaves it unchanged, whichever path a driver
+    /// serves from.
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(Ordering::Relaxed)
     }
 
     /// Keeps `block` as block `path`'s cached copy (unless it is above an eighth of the
@@ -252,6 +265,7 @@ impl FileStore {
     /// exist, `Failed` (with a warning) on any other I/O error or a file above
     /// `max_block_size`.
     pub fn get_blocking(&self, path: &BlockPath) -> SourceResult {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
         let file = self.file_of(path);
         let max = self.max_block_size;
         let read = (|| -> io::Result<Result<Vec<u8>, u64>> {
@@ -312,6 +326,7 @@ impl FileStore {
     /// makes the send end early, which the caller must treat as a failed response (close
     /// the connection), never pad.
     pub fn open_block(&self, path: &BlockPath) -> Opened {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
         let file = self.file_of(path);
         let opened = File::open(&file).and_then(|f| Ok((f.metadata()?.len(), f)));
         match opened {

@@ -5,7 +5,8 @@
 //! The acknowledgement rule is the same on both sides: write `head` then `body` (vectored,
 //! no copy), and once every byte of one `Transmit` is written call the machine's
 //! `handle_transmitted(now)`. Transmits are acknowledged in the order they were handed out.
-//! What happens to the connection afterwards is [`Transmit::close`].
+//! What happens to the connection afterwards is [`Transmit::close`]. A zero-copy block's
+//! bytes follow `body` from the driver itself ([`Transmit::external`]).
 
 use bytes::Bytes;
 
@@ -27,6 +28,24 @@ pub struct Transmit {
     pub block: bool,
     /// What to do with the connection once this is written.
     pub close: Close,
+    /// Body bytes the driver sends itself after `head` and `body` (which is then empty):
+    /// a block the application answered with
+    /// [`SourceResult::External`](crate::server::SourceResult::External), for a zero-copy
+    /// path such as `sendfile` from the store's file. `None` for every other transmit.
+    /// The transmit is written, and acknowledged with `handle_transmitted`, only once all
+    /// `external.len` bytes are sent; a driver that cannot send them all (the file shrank)
+    /// must close the connection, never pad or send other bytes.
+    pub external: Option<External>,
+}
+
+/// The part of a response body a driver sends itself ([`Transmit::external`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct External {
+    /// The request this answers: the id the driver's `SourceResult::External` was given
+    /// for, so it can find the file it opened.
+    pub request: crate::server::RequestId,
+    /// Exactly how many bytes to send (the response's `Content-Length`).
+    pub len: u64,
 }
 
 /// What happens to the connection after a [`Transmit`] is written.

@@ -163,6 +163,55 @@ fn found_block_is_200_with_content_length_node_and_the_same_bytes() {
 }
 
 #[test]
+fn an_external_block_is_framed_like_a_found_one_with_its_bytes_left_to_the_driver() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    let request = get(path(1), "");
+    input(&mut conn, &mut adm, &request);
+    let evs = events(&mut conn);
+    let (id, _) = fetch_ids(&evs)[0].clone();
+    conn.handle_source(T0, &mut adm, id, SourceResult::External { len: 10 })
+        .unwrap();
+    assert_eq!(adm.inflight_bytes(), 10, "reserved like a found block");
+    let t = conn.poll_transmit(T0).expect("the response");
+    let h = head(&t);
+    assert!(h.starts_with("HTTP/1.1 200 OK\r\n"), "{h}");
+    assert!(h.contains("Content-Length: 10\r\n"), "{h}");
+    assert!(t.body.is_empty(), "the driver sends the bytes itself");
+    assert!(t.block);
+    assert_eq!(
+        t.external,
+        Some(peerblock_core::transmit::External {
+            request: id,
+            len: 10
+        })
+    );
+    conn.handle_transmitted(T0, &mut adm);
+    assert_eq!(adm.inflight_bytes(), 0, "released once written");
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn an_external_block_over_the_byte_budget_is_refused_like_a_found_one() {
+    let mut adm = admission(AdmissionConfig {
+        max_inflight_bytes_per_source: 8,
+        max_inflight_bytes: 8,
+        ..AdmissionConfig::default()
+    });
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let evs = events(&mut conn);
+    let (id, _) = fetch_ids(&evs)[0].clone();
+    conn.handle_source(T0, &mut adm, id, SourceResult::External { len: 9 })
+        .unwrap();
+    let t = conn.poll_transmit(T0).expect("the refusal");
+    assert_eq!(t.status, Some(503));
+    assert_eq!(t.external, None, "a refusal carries no external body");
+    conn.close(T0, &mut adm);
+}
+
+#[test]
 fn only_a_block_response_is_marked_as_a_block() {
     let (_, found, _) = serve_one(
         config(),

@@ -19,15 +19,15 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::client::{Client, ClientOptions, Fetched, GetOptions, OutcomeClass, Peer, PoolConfig};
-use crate::config::NodeConfig;
+use crate::config::{BodyPathKey, NodeConfig};
 use crate::manifest::{self, Manifest};
 use crate::metrics::{serve_metrics, Metrics};
-use crate::node::{FetchPlan, GetPlan, NodeError, ServePlan};
+use crate::node::{DriverKind, FetchPlan, GetPlan, NodeError, ServePlan};
 use crate::progress::Progress;
 use crate::reader::{BlockSpec, PlacementDiscovery, Reader};
 use crate::relay::RelaySource;
 use crate::roster::RosterService;
-use crate::server::{Server, ServerOptions};
+use crate::server::{Server, ServerHandle, ServerOptions};
 use crate::source::{BlockSource, FileStore, DEFAULT_MAX_BLOCK_SIZE};
 use crate::SharedMembership;
 
@@ -152,8 +152,7 @@ impl Stop {
 pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let metrics = Metrics::new();
-    let listener = TcpListener::bind(plan.listen)
-        .await
+    let listener = std::net::TcpListener::bind(plan.listen)
         .map_err(|e| io_err("cannot bind --listen", plan.listen, e))?;
     let bound = listener
         .local_addr()
@@ -174,31 +173,28 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         Arc::new(Mutex::new(serve_membership(&plan, me, &advertised)?));
     let ip = plan.listen.ip();
     let local_ip = (!ip.is_unspecified()).then_some(ip);
-    let client = client(&plan.config, clock, metrics.clone(), local_ip)?;
     let store = FileStore::with_cache(
         &plan.store,
         DEFAULT_MAX_BLOCK_SIZE,
         plan.config.listener.block_cache_bytes,
     );
-    let source: Arc<dyn BlockSource> = if plan.config.listener.relay {
-        let mut upstream = client_options(&plan.config, clock, metrics.clone(), local_ip);
-        upstream.peers.breaker = None;
-        let upstream = Client::new(upstream)
-            .map_err(|e| NodeError::Failed(format!("relay client configuration: {e}")))?;
-        Arc::new(RelaySource::new(store, upstream, None))
-    } else {
-        Arc::new(store)
+    let server_config = Arc::new(
+        plan.config
+            .server_config(plan.node_id.clone(), advertised.clone()),
+    );
+    let parts = NodeParts {
+        plan: &plan,
+        clock,
+        metrics: metrics.clone(),
+        membership: membership.clone(),
+        local_ip,
+        store,
+        server_config,
     };
-    let server_config = plan
-        .config
-        .server_config(plan.node_id.clone(), advertised.clone());
-    let mut options = ServerOptions::new(Arc::new(server_config), source, clock);
-    options.admission = plan.config.admission();
-    options.membership = Some(membership.clone());
-    options.metrics = metrics.clone();
-    let server = Server::from_listener(listener, options)
-        .map_err(|e| NodeError::Failed(format!("server: {e}")))?;
-    let handle = server.spawn();
+    let node = match plan.driver {
+        DriverKind::Tokio => RunningNode::tokio(parts, listener)?,
+        DriverKind::Mio => RunningNode::mio(parts, listener)?,
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let metrics_task = match plan.metrics {
         Some(addr) => {
@@ -220,21 +216,14 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     };
     let stop = Stop::install();
     say(&format!("listening {bound}"));
-    tracing::info!(id = %plan.node_id, %advertised, store = %plan.store.display(), "serving");
+    tracing::info!(id = %plan.node_id, %advertised, store = %plan.store.display(), driver = ?plan.driver, "serving");
     let refresh = plan.config.refresh_config(plan.seeds.clone());
-    let roster = RosterService::start(
-        client.clone(),
-        membership.clone(),
-        refresh,
-        run_seed(b"roster"),
-    )
-    .map_err(|e| NodeError::Failed(format!("roster service: {e}")))?;
+    let node = node.start_roster(membership.clone(), refresh)?;
     let watch_members = tokio::spawn(print_members(membership.clone()));
     stop.wait().await;
     tracing::info!("shutting down: no new connections, in-flight responses finish");
     watch_members.abort();
-    roster.shutdown().await;
-    handle.shutdown(SHUTDOWN_GRACE).await;
+    node.shutdown().await;
     let _ = stop_tx.send(true);
     if let Some(task) = metrics_task {
         let _ = task.await;
@@ -273,6 +262,187 @@ fn serve_membership(
         tracing::info!(id = %plan.key.id(), seq, "signed member record");
     }
     Ok(table)
+}
+
+/// What both drivers' `serve` start from.
+struct NodeParts<'a> {
+    plan: &'a ServePlan,
+    clock: Clock,
+    metrics: Metrics,
+    membership: SharedMembership,
+    local_ip: Option<std::net::IpAddr>,
+    store: FileStore,
+    server_config: Arc<peerblock_core::server::ServerConfig>,
+}
+
+/// A serving node on one of the two drivers: its server, its client and (once started)
+/// its roster service.
+enum RunningNode {
+    Tokio {
+        handle: ServerHandle,
+        client: Client,
+        roster: Option<RosterService>,
+    },
+    Mio {
+        runtime: peerblock_mio::Runtime,
+        handle: peerblock_mio::ServerHandle,
+        client: peerblock_mio::Client,
+        roster: Option<peerblock_mio::RosterService>,
+    },
+}
+
+impl RunningNode {
+    /// The tokio server on `listener`, relaying through a breakerless client when
+    /// `[listener] relay` is on.
+    fn tokio(parts: NodeParts<'_>, listener: std::net::TcpListener) -> Result<Self, NodeError> {
+        let config = &parts.plan.config;
+        let client = client(config, parts.clock, parts.metrics.clone(), parts.local_ip)?;
+        let source: Arc<dyn BlockSource> = if config.listener.relay {
+            let mut upstream =
+                client_options(config, parts.clock, parts.metrics.clone(), parts.local_ip);
+            upstream.peers.breaker = None;
+            let upstream = Client::new(upstream)
+                .map_err(|e| NodeError::Failed(format!("relay client configuration: {e}")))?;
+            Arc::new(RelaySource::new(parts.store, upstream, None))
+        } else {
+            Arc::new(parts.store)
+        };
+        let mut options = ServerOptions::new(parts.server_config, source, parts.clock);
+        options.admission = config.admission();
+        options.membership = Some(parts.membership);
+        options.metrics = parts.metrics;
+        let listener = listener
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(listener))
+            .map_err(|e| io_err("cannot use --listen", parts.plan.listen, e))?;
+        let server = Server::from_listener(listener, options)
+            .map_err(|e| NodeError::Failed(format!("server: {e}")))?;
+        Ok(RunningNode::Tokio {
+            handle: server.spawn(),
+            client,
+            roster: None,
+        })
+    }
+
+    /// The mio server on `listener` (`plan.threads` workers), relaying through a
+    /// breakerless mio client when `[listener] relay` is on.
+    fn mio(parts: NodeParts<'_>, listener: std::net::TcpListener) -> Result<Self, NodeError> {
+        let config = &parts.plan.config;
+        let runtime = peerblock_mio::Runtime::new(parts.plan.threads, parts.clock)
+            .map_err(|e| NodeError::Failed(format!("starting the mio workers: {e}")))?;
+        let mio_client = |options: ClientOptions| {
+            peerblock_mio::Client::new(&runtime, options)
+                .map_err(|e| NodeError::Failed(format!("client configuration: {e}")))
+        };
+        let client = mio_client(client_options(
+            config,
+            parts.clock,
+            parts.metrics.clone(),
+            parts.local_ip,
+        ))?;
+        let mut options = peerblock_mio::ServerOptions::new(parts.server_config, parts.store);
+        options.admission = config.admission();
+        options.membership = Some(parts.membership);
+        options.metrics = parts.metrics.clone();
+        options.body = match config.listener.body_path {
+            BodyPathKey::Buffered => peerblock_mio::BodyPath::Buffered,
+            BodyPathKey::Sendfile => peerblock_mio::BodyPath::Sendfile,
+        };
+        if config.listener.relay {
+            let mut upstream =
+                client_options(config, parts.clock, parts.metrics.clone(), parts.local_ip);
+            upstream.peers.breaker = None;
+            options.relay = Some(peerblock_mio::RelayOptions {
+                client: mio_client(upstream)?,
+                parent: None,
+            });
+        }
+        let server = peerblock_mio::Server::from_listener(listener, options)
+            .map_err(|e| NodeError::Failed(format!("server: {e}")))?;
+        let handle = server.start(&runtime);
+        Ok(RunningNode::Mio {
+            runtime,
+            handle,
+            client,
+            roster: None,
+        })
+    }
+
+    /// Starts the roster service on the node's driver.
+    fn start_roster(
+        self,
+        membership: SharedMembership,
+        refresh: peerblock_core::roster::RefreshConfig,
+    ) -> Result<Self, NodeError> {
+        let failed = |e: peerblock_core::roster::RefreshConfigError| {
+            NodeError::Failed(format!("roster service: {e}"))
+        };
+        Ok(match self {
+            RunningNode::Tokio { handle, client, .. } => {
+                let roster =
+                    RosterService::start(client.clone(), membership, refresh, run_seed(b"roster"))
+                        .map_err(failed)?;
+                RunningNode::Tokio {
+                    handle,
+                    client,
+                    roster: Some(roster),
+                }
+            }
+            RunningNode::Mio {
+                runtime,
+                handle,
+                client,
+                ..
+            } => {
+                let roster = peerblock_mio::RosterService::start(
+                    &runtime,
+                    client.clone(),
+                    membership,
+                    refresh,
+                    run_seed(b"roster"),
+                )
+                .map_err(failed)?;
+                RunningNode::Mio {
+                    runtime,
+                    handle,
+                    client,
+                    roster: Some(roster),
+                }
+            }
+        })
+    }
+
+    /// Stops the roster service, then shuts the server down with [`SHUTDOWN_GRACE`].
+    async fn shutdown(self) {
+        match self {
+            RunningNode::Tokio { handle, roster, .. } => {
+                if let Some(roster) = roster {
+                    roster.shutdown().await;
+                }
+                handle.shutdown(SHUTDOWN_GRACE).await;
+            }
+            RunningNode::Mio {
+                runtime,
+                handle,
+                roster,
+                client,
+            } => {
+                // The mio handles block: wait for them off the tokio reactor.
+                let stopped = tokio::task::spawn_blocking(move || {
+                    if let Some(roster) = roster {
+                        roster.shutdown();
+                    }
+                    handle.shutdown(SHUTDOWN_GRACE);
+                    drop(client);
+                    drop(runtime);
+                })
+                .await;
+                if let Err(e) = stopped {
+                    tracing::warn!(error = %e, "stopping the mio driver failed");
+                }
+            }
+        }
+    }
 }
 
 /// Prints a line on stdout and flushes it (stdout is a pipe under tests and scripts).

@@ -25,8 +25,6 @@
 
 #![warn(missing_docs)]
 
-use std::sync::{Arc, Mutex};
-
 pub mod client;
 pub mod identity;
 pub use peerblock_common::{config, manifest};
@@ -40,7 +38,4 @@ pub mod roster;
 pub mod server;
 pub mod source;
 
-/// The node's roster table, shared by its server (which answers roster requests and learns
-/// identified callers), its roster service and its discovery. A plain mutex: every use is
-/// short and never held across an `.await`.
-pub type SharedMembership = Arc<Mutex<peerblock_core::roster::Membership>>;
+pub use peerblock_common::SharedMembership;

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use peerblock_core::placement::PeerId;
 use peerblock_core::roster::{NodeKey, MAX_ADDR_LEN, MAX_ID_LEN};
 use peerblock_core::wire::ChunkKey;
@@ -139,6 +139,23 @@ pub struct ServeArgs {
     /// Admin address serving GET /metrics (Prometheus text), e.g. 127.0.0.1:9100.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+    /// Which driver runs the peer server, the roster service and the node's client:
+    /// tokio (async tasks) or mio (readiness loops; needed for
+    /// `[listener] body_path = "sendfile"`). The metrics endpoint always runs on tokio.
+    #[arg(long, value_enum, default_value_t = DriverKind::Tokio)]
+    pub driver: DriverKind,
+    /// Worker threads of the mio driver (default: the machine's cores; 1 to 256).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: Option<u16>,
+}
+
+/// `serve --driver`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DriverKind {
+    /// The tokio driver (`peerblock-tokio`).
+    Tokio,
+    /// The mio driver (`peerblock-mio`).
+    Mio,
 }
 
 /// `import` arguments.
@@ -311,6 +328,10 @@ pub struct ServePlan {
     /// Whether the node signs its record: its id is the one its key certifies (`--id`
     /// omitted, or equal to it).
     pub signed: bool,
+    /// The driver.
+    pub driver: DriverKind,
+    /// The mio driver's worker threads.
+    pub threads: usize,
 }
 
 /// Validates `serve`'s arguments and configuration, creates the store directory if it is
@@ -361,6 +382,20 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
             ));
         }
     }
+    if config.listener.body_path == crate::config::BodyPathKey::Sendfile
+        && args.driver != DriverKind::Mio
+    {
+        return Err(NodeError::usage(
+            "listener.body_path",
+            "\"sendfile\" is the mio driver's zero-copy path: add --driver mio".to_owned(),
+        ));
+    }
+    if args.threads.is_some() && args.driver != DriverKind::Mio {
+        return Err(NodeError::usage(
+            "--threads",
+            "sets the mio driver's workers: add --driver mio".to_owned(),
+        ));
+    }
     Ok(ServePlan {
         listen: args.listen,
         peer_id,
@@ -374,6 +409,10 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
         key,
         key_file,
         signed,
+        driver: args.driver,
+        threads: args
+            .threads
+            .map_or_else(peerblock_mio::default_threads, usize::from),
     })
 }
 

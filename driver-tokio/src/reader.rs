@@ -23,11 +23,11 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use peerblock_core::client::{placement_members, BlockRequest};
-use peerblock_core::placement::{owners, Key, PeerId};
+use peerblock_core::client::BlockRequest;
+use peerblock_core::placement::{Key, PeerId};
 use peerblock_core::read::{
     GetId, GetOutcome, LookupPeer, OriginOutcome, Read, ReadConfig, ReadConfigError, ReadEvent,
-    ReadOutcome, ReadStats, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT,
+    ReadOutcome, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT,
 };
 use peerblock_core::rng::{child_seed, indexed_seed};
 use peerblock_core::time::Instant;
@@ -35,18 +35,11 @@ use peerblock_core::wire::BlockPath;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::client::{Client, Fetched, GetOptions, Peer, Progress, Validator};
+use crate::client::{Client, GetOptions, Peer, Progress};
 use crate::SharedMembership;
-
-/// One candidate a lookup found: the read's `LookupPeer` (id and optional per-key load
-/// hint) and the address to dial it at.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Candidate {
-    /// The peer as the read machine sees it.
-    pub peer: LookupPeer,
-    /// Its `host:port`.
-    pub addr: String,
-}
+pub use peerblock_common::read::{
+    placement_candidates, BlockSpec, Candidate, GetObserver, ReadResult,
+};
 
 /// The future a [`Discovery`] returns.
 pub type DiscoveryFuture = Pin<Box<dyn Future<Output = Vec<Candidate>> + Send + 'static>>;
@@ -80,18 +73,7 @@ impl PlacementDiscovery {
 
     /// The owners now, synchronously (what [`Discovery::lookup`] answers).
     pub fn owners_now(&self, key: &Key) -> Vec<Candidate> {
-        let members = {
-            let m = self.membership.lock().unwrap_or_else(|e| e.into_inner());
-            placement_members(&m)
-        };
-        owners(key, &members)
-            .into_iter()
-            .take(self.close_group_size)
-            .map(|m| Candidate {
-                peer: LookupPeer::new(m.id),
-                addr: m.addr.clone(),
-            })
-            .collect()
+        placement_candidates(&self.membership, key, self.close_group_size)
     }
 }
 
@@ -119,46 +101,6 @@ pub type OriginFuture = Pin<Box<dyn Future<Output = OriginOutcome> + Send + 'sta
 pub trait OriginFetch: Send + Sync + 'static {
     /// The block from the origin.
     fn fetch(&self, key: &Key, path: &BlockPath) -> OriginFuture;
-}
-
-/// Told of every GET a [`Reader`]'s reads finish: the peer asked and what it gave.
-pub type GetObserver = Arc<dyn Fn(&Peer, &Fetched) + Send + Sync>;
-
-/// One block to read.
-#[derive(Clone)]
-pub struct BlockSpec {
-    /// Its placement key (what the read machine and discovery place by).
-    pub key: Key,
-    /// Its wire path (what the GETs ask for).
-    pub path: BlockPath,
-    /// Its exact length, if known: GETs are then `get_validated`.
-    pub expected: Option<u64>,
-    /// The validator run on a body of exactly `expected` bytes.
-    pub validator: Option<Validator>,
-}
-
-impl std::fmt::Debug for BlockSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BlockSpec")
-            .field("key", &self.key)
-            .field("path", &self.path.to_string())
-            .field("expected", &self.expected)
-            .field("validator", &self.validator.is_some())
-            .finish()
-    }
-}
-
-/// How one read ended.
-#[derive(Clone, Debug)]
-pub struct ReadResult {
-    /// Core's outcome.
-    pub outcome: ReadOutcome,
-    /// Core's counters of the read.
-    pub stats: ReadStats,
-    /// The peer whose answer was the block (`Found` only).
-    pub served_by: Option<Peer>,
-    /// Time from the call to the outcome.
-    pub elapsed: std::time::Duration,
 }
 
 /// Messages from a read's tasks to its loop. At most [`MAX_GETS_IN_FLIGHT`] GET tasks,

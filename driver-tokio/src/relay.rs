@@ -32,11 +32,12 @@
 //! to end, so a bad cached copy is rejected by them and read elsewhere.
 
 use peerblock_core::bytes::Bytes;
-use peerblock_core::client::{BlockRequest, Ending, ExchangeError};
+use peerblock_core::client::BlockRequest;
 use peerblock_core::server::{SourceRequest, SourceResult};
 
 use crate::client::{Client, Peer};
 use crate::source::{BlockFuture, BlockSource, FileStore};
+pub use peerblock_common::relay::{origin_authority, relayed_result, upstream_of};
 
 /// The source `peerblock-node serve` uses when relaying is on.
 #[derive(Clone, Debug)]
@@ -58,49 +59,13 @@ impl RelaySource {
     }
 }
 
-/// The `HOST:PORT` of an origin URL (`http://HOST:PORT[/path]`), or `None` if it is not
-/// one.
-pub fn origin_authority(origin: &str) -> Option<&str> {
-    let rest = origin.strip_prefix("http://")?;
-    let authority = rest.split('/').next()?;
-    let (host, port) = authority.rsplit_once(':')?;
-    let port_ok = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
-    (!host.is_empty() && port_ok).then_some(authority)
-}
-
-/// Maps an upstream exchange's ending onto the answer for the requester (the table in
-/// the module docs).
-pub fn relayed_result(ending: Option<&Ending>) -> SourceResult {
-    match ending {
-        Some(Ending::Block(bytes)) => SourceResult::Found(bytes.clone()),
-        Some(Ending::Miss) => SourceResult::Miss,
-        Some(Ending::UpstreamRefused { status }) => {
-            SourceResult::UpstreamRefused { status: *status }
-        }
-        Some(Ending::Failed(ExchangeError::Status(status @ (401 | 403)))) => {
-            SourceResult::UpstreamRefused { status: *status }
-        }
-        _ => SourceResult::Failed,
-    }
-}
-
 impl BlockSource for RelaySource {
     fn fetch(&self, request: &SourceRequest) -> BlockFuture {
         self.store.fetch(request)
     }
 
     fn relay(&self, request: &SourceRequest) -> BlockFuture {
-        let origin = request
-            .origin
-            .as_ref()
-            .and_then(|o| std::str::from_utf8(o).ok())
-            .map(str::to_owned);
-        let upstream = self.parent.clone().or_else(|| {
-            origin
-                .as_deref()
-                .and_then(origin_authority)
-                .map(str::to_owned)
-        });
+        let (origin, upstream) = upstream_of(request, self.parent.as_deref());
         let (store, client) = (self.store.clone(), self.client.clone());
         let (path, hop) = (request.path, request.hop);
         Box::pin(async move {
@@ -127,54 +92,5 @@ impl BlockSource for RelaySource {
 async fn cache(store: &FileStore, path: peerblock_core::wire::BlockPath, bytes: Bytes) {
     if let Err(e) = crate::source::put(store, path, bytes).await {
         tracing::warn!(%path, error = %e, "relay: could not cache the block");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use peerblock_core::refusal::PeerRefusal;
-
-    #[test]
-    fn an_origin_url_names_its_authority_and_anything_else_names_none() {
-        assert_eq!(
-            origin_authority("http://127.0.0.1:7070"),
-            Some("127.0.0.1:7070")
-        );
-        assert_eq!(
-            origin_authority("http://node-1.test:80/objects/x?sig=1"),
-            Some("node-1.test:80")
-        );
-        assert_eq!(origin_authority("https://127.0.0.1:7070"), None);
-        assert_eq!(origin_authority("http://127.0.0.1"), None);
-        assert_eq!(origin_authority("http://:80"), None);
-        assert_eq!(origin_authority("127.0.0.1:80"), None);
-    }
-
-    #[test]
-    fn an_upstream_credential_refusal_is_passed_on_and_other_failures_are_500s() {
-        assert_eq!(
-            relayed_result(Some(&Ending::Failed(ExchangeError::Status(403)))),
-            SourceResult::UpstreamRefused { status: 403 }
-        );
-        assert_eq!(
-            relayed_result(Some(&Ending::Failed(ExchangeError::Status(401)))),
-            SourceResult::UpstreamRefused { status: 401 }
-        );
-        assert_eq!(
-            relayed_result(Some(&Ending::UpstreamRefused { status: 410 })),
-            SourceResult::UpstreamRefused { status: 410 }
-        );
-        assert_eq!(relayed_result(Some(&Ending::Miss)), SourceResult::Miss);
-        assert_eq!(
-            relayed_result(Some(&Ending::Failed(ExchangeError::Status(500)))),
-            SourceResult::Failed
-        );
-        let refusal = Ending::Refused(PeerRefusal {
-            reason: None,
-            retry_after: None,
-        });
-        assert_eq!(relayed_result(Some(&refusal)), SourceResult::Failed);
-        assert_eq!(relayed_result(None), SourceResult::Failed);
     }
 }

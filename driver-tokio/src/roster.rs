@@ -21,7 +21,6 @@
 use std::collections::HashMap;
 
 use peerblock_core::client::{Caller, Ending};
-use peerblock_core::placement::PeerId;
 use peerblock_core::roster::{
     AnswerOutcome, Refresh, RefreshConfig, RefreshConfigError, RefreshEvent, MAX_REFRESH_IN_FLIGHT,
 };
@@ -35,12 +34,7 @@ use crate::SharedMembership;
 /// [`MAX_REFRESH_IN_FLIGHT`].
 const ANSWER_CHANNEL_BOUND: usize = MAX_REFRESH_IN_FLIGHT;
 
-/// The breaker key of a roster member: its id parsed as a `PeerId` (64 hex digits, what
-/// placement uses), else the BLAKE3 hash of the id.
-pub fn peer_id_for_member(id: &str) -> PeerId {
-    id.parse::<PeerId>()
-        .unwrap_or_else(|_| PeerId(*blake3::hash(id.as_bytes()).as_bytes()))
-}
+pub use peerblock_common::roster::peer_id_for_member;
 
 /// The running roster service. Dropping it without [`shutdown`](Self::shutdown) aborts
 /// its task.

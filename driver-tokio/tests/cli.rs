@@ -250,3 +250,59 @@ fn fetch_refuses_a_chunk_key_that_is_not_64_hex_digits() {
     assert_eq!(out.status.code(), Some(i32::from(EXIT_USAGE)));
     assert!(text(&out.stderr).contains("CHUNK"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn sendfile_without_the_mio_driver_is_refused_naming_the_key() {
+    let s = Scratch::new("sendfile-tokio");
+    let cfg = s.path("sendfile.toml");
+    std::fs::write(&cfg, "[listener]\nbody_path = \"sendfile\"\n").unwrap();
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--id",
+        "n1",
+        "--store",
+        &s.path("st"),
+        "--config",
+        &cfg,
+    ];
+    let out = run(&args);
+    assert_eq!(out.status.code(), Some(i32::from(EXIT_USAGE)));
+    let err = text(&out.stderr);
+    assert!(err.contains("listener.body_path"), "{err}");
+    assert!(err.contains("--driver mio"), "{err}");
+}
+
+#[test]
+fn threads_without_the_mio_driver_and_a_bad_driver_are_refused() {
+    let s = Scratch::new("threads-tokio");
+    let store = s.path("st");
+    let base = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--id",
+        "n1",
+        "--store",
+        &store,
+    ];
+    let mut with_threads = base.to_vec();
+    with_threads.extend(["--threads", "2"]);
+    let out = run(&with_threads);
+    assert_eq!(out.status.code(), Some(i32::from(EXIT_USAGE)));
+    assert!(
+        text(&out.stderr).contains("--threads"),
+        "{}",
+        text(&out.stderr)
+    );
+    let mut bad_driver = base.to_vec();
+    bad_driver.extend(["--driver", "uring"]);
+    let out = run(&bad_driver);
+    assert_eq!(out.status.code(), Some(i32::from(EXIT_USAGE)));
+    assert!(text(&out.stderr).contains("uring"), "{}", text(&out.stderr));
+    let mut zero_threads = base.to_vec();
+    zero_threads.extend(["--driver", "mio", "--threads", "0"]);
+    let out = run(&zero_threads);
+    assert_eq!(out.status.code(), Some(i32::from(EXIT_USAGE)));
+}

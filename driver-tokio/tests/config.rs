@@ -175,6 +175,16 @@ fn listener_block_cache_bytes_sets_the_store_cache() {
 }
 
 #[test]
+fn listener_body_path_is_buffered_by_default_and_refuses_other_words() {
+    use peerblock_tokio::config::BodyPathKey;
+    assert_eq!(parse("").unwrap().listener.body_path, BodyPathKey::Buffered);
+    let config = parse("[listener]\nbody_path = \"sendfile\"\n").unwrap();
+    assert_eq!(config.listener.body_path, BodyPathKey::Sendfile);
+    let err = refused("[listener]\nbody_path = \"splice\"\n");
+    assert!(err.contains("body_path"), "{err}");
+}
+
+#[test]
 fn client_read_and_roster_keys_reach_core_configs() {
     let config = parse(
         "[client]\ndial_timeout = \"2s\"\nmax_body = 1000\npool_idle_per_peer = 8\n\

@@ -40,26 +40,64 @@ fn fetch(chunk: &str, seed: &str, out: &std::path::Path, extra: &[&str]) -> std:
     run(&args, FETCH_BOUND)
 }
 
-#[test]
-fn live_nodes_learn_each_other_through_the_roster_exchange() {
+/// The `serve` flags of each driver: tokio (the default) and mio.
+const TOKIO: &[&str] = &[];
+const MIO: &[&str] = &["--driver", "mio", "--threads", "2"];
+
+/// Runs `$rule(a, b)` with nodes A and B on each pair of drivers: both tokio, both mio,
+/// and each mixed way, one `#[test]` per pair named `$rule::<pair>`.
+macro_rules! on_every_driver_pair {
+    ($($rule:ident),* $(,)?) => {
+        $(
+            mod $rule {
+                #[test]
+                fn tokio_tokio() {
+                    super::$rule(super::TOKIO, super::TOKIO)
+                }
+                #[test]
+                fn mio_mio() {
+                    super::$rule(super::MIO, super::MIO)
+                }
+                #[test]
+                fn mio_tokio() {
+                    super::$rule(super::MIO, super::TOKIO)
+                }
+                #[test]
+                fn tokio_mio() {
+                    super::$rule(super::TOKIO, super::MIO)
+                }
+            }
+        )*
+    };
+}
+
+on_every_driver_pair!(
+    live_nodes_learn_each_other_through_the_roster_exchange,
+    a_file_imported_on_one_node_is_fetched_byte_exact_through_another_nodes_seed,
+    a_corrupted_block_on_one_holder_is_rejected_by_validation_and_read_from_another,
+);
+
+fn live_nodes_learn_each_other_through_the_roster_exchange(da: &[&str], db: &[&str]) {
     let (a_store, b_store) = (TempDir::new("learn-a"), TempDir::new("learn-b"));
-    let a = Node::start(&a_store.0, &[], &[]);
-    let b = Node::start(&b_store.0, &[&a.addr], &[]);
+    let a = Node::start(&a_store.0, &[], da);
+    let b = Node::start(&b_store.0, &[&a.addr], db);
     // B asked A (its seed) for A's roster and so knows A; A learned B as an identified
     // caller of that request.
     wait_members(&b, 2);
     wait_members(&a, 2);
 }
 
-#[test]
-fn a_file_imported_on_one_node_is_fetched_byte_exact_through_another_nodes_seed() {
+fn a_file_imported_on_one_node_is_fetched_byte_exact_through_another_nodes_seed(
+    da: &[&str],
+    db: &[&str],
+) {
     let dir = TempDir::new("fetch");
     let (a_store, b_store) = (TempDir::new("fetch-a"), TempDir::new("fetch-b"));
     let file = dir.join("input.bin");
     let data = random_file(&file, 3 * 1024 * 1024 + 12_345, 7);
     let chunk = import(&file, &a_store.0, 256 * 1024);
-    let a = Node::start(&a_store.0, &[], &[]);
-    let b = Node::start(&b_store.0, &[&a.addr], &[]);
+    let a = Node::start(&a_store.0, &[], da);
+    let b = Node::start(&b_store.0, &[&a.addr], db);
     wait_members(&b, 2);
     let out = dir.join("output.bin");
     let fetched = fetch(&chunk, &b.addr, &out, &[]);
@@ -75,8 +113,10 @@ fn a_file_imported_on_one_node_is_fetched_byte_exact_through_another_nodes_seed(
     );
 }
 
-#[test]
-fn a_corrupted_block_on_one_holder_is_rejected_by_validation_and_read_from_another() {
+fn a_corrupted_block_on_one_holder_is_rejected_by_validation_and_read_from_another(
+    da: &[&str],
+    db: &[&str],
+) {
     let dir = TempDir::new("corrupt");
     let stores = [TempDir::new("corrupt-a"), TempDir::new("corrupt-b")];
     let file = dir.join("input.bin");
@@ -99,8 +139,8 @@ fn a_corrupted_block_on_one_holder_is_rejected_by_validation_and_read_from_anoth
         corrupted += 1;
     }
     assert_eq!(corrupted, 16);
-    let a = Node::start(&stores[0].0, &[], &[]);
-    let b = Node::start(&stores[1].0, &[&a.addr], &[]);
+    let a = Node::start(&stores[0].0, &[], da);
+    let b = Node::start(&stores[1].0, &[&a.addr], db);
     wait_members(&b, 2);
     let out = dir.join("output.bin");
     let fetched = fetch(&chunk, &b.addr, &out, &[]);
@@ -147,6 +187,35 @@ fn fetch_of_an_unknown_chunk_fails_with_its_outcome_class_never_a_crash() {
 
 #[test]
 fn serve_announces_the_id_derived_from_a_name_and_stops_cleanly_on_sigterm() {
+    serve_stops_cleanly_on_sigterm(TOKIO);
+}
+
+#[test]
+fn serve_on_the_mio_driver_announces_its_id_and_stops_cleanly_on_sigterm() {
+    serve_stops_cleanly_on_sigterm(MIO);
+}
+
+#[test]
+fn serve_on_the_mio_driver_with_sendfile_serves_exact_blocks() {
+    let dir = TempDir::new("sendfile");
+    let (a_store, b_store) = (TempDir::new("sendfile-a"), TempDir::new("sendfile-b"));
+    let file = dir.join("input.bin");
+    let data = random_file(&file, 2 * 1024 * 1024 + 7, 5);
+    let chunk = import(&file, &a_store.0, 256 * 1024);
+    let config = dir.join("sendfile.toml");
+    std::fs::write(&config, "[listener]\nbody_path = \"sendfile\"\n").expect("config");
+    let config = config.to_str().expect("utf-8 path");
+    let a = Node::start(&a_store.0, &[], &["--driver", "mio", "--config", config]);
+    let b = Node::start(&b_store.0, &[&a.addr], MIO);
+    wait_members(&b, 2);
+    let out = dir.join("output.bin");
+    let fetched = fetch(&chunk, &b.addr, &out, &[]);
+    let stderr = String::from_utf8_lossy(&fetched.stderr);
+    assert!(fetched.status.success(), "fetch failed: {stderr}");
+    assert_eq!(std::fs::read(&out).expect("output written"), data);
+}
+
+fn serve_stops_cleanly_on_sigterm(driver: &[&str]) {
     use std::io::BufRead;
     let store = TempDir::new("sigterm");
     let mut child = std::process::Command::new(common::procs::BIN)
@@ -159,6 +228,7 @@ fn serve_announces_the_id_derived_from_a_name_and_stops_cleanly_on_sigterm() {
             "--store",
         ])
         .arg(&store.0)
+        .args(driver)
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

@@ -11,6 +11,8 @@
 //!   through them;
 //! - [`StaticView`]: a plain, explicit [`PeerView`](peerblock_core::read::PeerView) for
 //!   tests of the read machine;
+//! - [`conformance`]: the driver conformance suite every driver runs (a driver-neutral
+//!   harness, misbehaving peers, one test per behaviour);
 //! - [`breaker_doc`]: the breaker's transition table rendered for `docs/breaker.md`.
 //!
 //! Depending on this crate turns on core's `diagnostics` feature (for example
@@ -19,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod breaker_doc;
+pub mod conformance;
 pub mod pair;
 pub mod pump;
 mod view;

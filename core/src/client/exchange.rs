@@ -444,6 +444,7 @@ impl Exchange {
             refusal: None,
             block: false,
             close: Close::KeepOpen,
+            external: None,
         })
     }
 

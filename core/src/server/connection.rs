@@ -17,7 +17,7 @@ use crate::refusal::{self, Refusal};
 use crate::roster::record::MAX_RECORD_HEADER_LEN;
 use crate::roster::{check_identity, Roster, MAX_ADDR_LEN, MAX_ID_LEN};
 use crate::time::{Deadline, Duration, Instant};
-use crate::transmit::{Close, Transmit};
+use crate::transmit::{Close, External, Transmit};
 use crate::wire::{BlockPath, Hop, Status};
 
 /// Default [`ServerConfig::idle_timeout`]: 120 s.
@@ -288,6 +288,15 @@ pub enum ServerEvent {
 pub enum SourceResult {
     /// The complete block: served as 200 without copying.
     Found(Bytes),
+    /// The block is held and is `len` bytes long; the driver sends those bytes itself
+    /// after the response head (a zero-copy path: `sendfile` from the store's open file).
+    /// Reserved against the byte budgets and framed exactly like `Found`; the response's
+    /// [`Transmit`] has an empty `body` and `external: Some(External { request: id, len })`
+    /// naming this request.
+    External {
+        /// The block's length in bytes (its `Content-Length`).
+        len: u64,
+    },
     /// Not held (404, or a relay decision for a [`ServerEvent::Fetch`]).
     Miss,
     /// The source failed (500).
@@ -987,6 +996,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             refusal: Some(refusal.reason),
             block: false,
             close: Close::Linger,
+            external: None,
         }
     }
 
@@ -1041,6 +1051,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             refusal: None,
             block: matches!(kind, ResponseKind::Block { .. }),
             close,
+            external: None,
         }
     }
 
@@ -1068,59 +1079,69 @@ impl<S: Ord + Clone> ServerConnection<S> {
             return Err(ServerUsageError::UnknownRequest(id));
         };
         let close = slot.close_after;
-        let kind = match result {
-            SourceResult::Found(block) => {
-                let len = block.len() as u64;
-                let ticket = slot
-                    .ticket
-                    .as_mut()
-                    .ok_or(ServerUsageError::UnknownRequest(id))?;
-                if let Err(refusal) = admission.reserve_bytes(ticket, len) {
-                    let load = advertised_load(admission);
-                    let transmit = self.refusal_transmit(&refusal, load);
-                    self.stopped = true;
-                    self.set_ready(id, transmit);
-                    return Ok(());
-                }
-                let load = advertised_load(admission);
-                let transmit = self.frame(
-                    ResponseKind::Block {
-                        content_length: len,
+        let (len, body, external) = match result {
+            SourceResult::Found(block) => (block.len() as u64, block, None),
+            SourceResult::External { len } => {
+                (len, Bytes::new(), Some(External { request: id, len }))
+            }
+            other => {
+                let kind = match other {
+                    SourceResult::Found(_) | SourceResult::External { .. } => return Ok(()),
+                    SourceResult::Miss => match (relay, &request.origin, *relayed) {
+                        (Some(config), Some(_), false) => {
+                            match relay::on_miss(&config, request.hop.0) {
+                                Ok(next) => {
+                                    *relayed = true;
+                                    slot.asked_at = Some(now);
+                                    let mut relayed_request = request.clone();
+                                    relayed_request.hop = Hop(next);
+                                    self.events.push_back(ServerEvent::Relay {
+                                        id,
+                                        request: relayed_request,
+                                    });
+                                    return Ok(());
+                                }
+                                Err(_) => ResponseKind::NotFound,
+                            }
+                        }
+                        _ => ResponseKind::NotFound,
                     },
-                    block,
-                    close,
-                    false,
-                    load,
-                );
+                    SourceResult::Failed => ResponseKind::InternalServerError,
+                    SourceResult::UpstreamRefused { status } if (100..=999).contains(&status) => {
+                        ResponseKind::UpstreamRefused {
+                            upstream_status: status,
+                        }
+                    }
+                    SourceResult::UpstreamRefused { .. } => ResponseKind::InternalServerError,
+                };
+                let transmit =
+                    self.frame(kind, Bytes::new(), close, false, advertised_load(admission));
                 self.set_ready(id, transmit);
                 return Ok(());
             }
-            SourceResult::Miss => match (relay, &request.origin, *relayed) {
-                (Some(config), Some(_), false) => match relay::on_miss(&config, request.hop.0) {
-                    Ok(next) => {
-                        *relayed = true;
-                        slot.asked_at = Some(now);
-                        let mut relayed_request = request.clone();
-                        relayed_request.hop = Hop(next);
-                        self.events.push_back(ServerEvent::Relay {
-                            id,
-                            request: relayed_request,
-                        });
-                        return Ok(());
-                    }
-                    Err(_) => ResponseKind::NotFound,
-                },
-                _ => ResponseKind::NotFound,
-            },
-            SourceResult::Failed => ResponseKind::InternalServerError,
-            SourceResult::UpstreamRefused { status } if (100..=999).contains(&status) => {
-                ResponseKind::UpstreamRefused {
-                    upstream_status: status,
-                }
-            }
-            SourceResult::UpstreamRefused { .. } => ResponseKind::InternalServerError,
         };
-        let transmit = self.frame(kind, Bytes::new(), close, false, advertised_load(admission));
+        let ticket = slot
+            .ticket
+            .as_mut()
+            .ok_or(ServerUsageError::UnknownRequest(id))?;
+        if let Err(refusal) = admission.reserve_bytes(ticket, len) {
+            let load = advertised_load(admission);
+            let transmit = self.refusal_transmit(&refusal, load);
+            self.stopped = true;
+            self.set_ready(id, transmit);
+            return Ok(());
+        }
+        let load = advertised_load(admission);
+        let mut transmit = self.frame(
+            ResponseKind::Block {
+                content_length: len,
+            },
+            body,
+            close,
+            false,
+            load,
+        );
+        transmit.external = external;
         self.set_ready(id, transmit);
         Ok(())
     }

@@ -1,0 +1,254 @@
+//! The roster service on a readiness loop: core's `roster::Refresh` owned by one worker,
+//! over the node's [`SharedMembership`] and its [`Client`].
+//!
+//! - at `Refresh::poll_timeout`: `handle_timeout(now, &membership)` (the table locked for
+//!   that call only);
+//! - `RefreshEvent::Fetch { addr, member }` → a roster fetch through the client (the
+//!   breaker's roster path, identifying this node as `Membership::me`), whose ending is
+//!   posted back to `handle_answer(now, addr, &ending, &mut membership)`;
+//! - `RefreshEvent::Cancel { addr }` → that fetch is cancelled;
+//! - [`RosterService::shutdown`] → `Refresh::cancel`, every fetch cancelled.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use peerblock_common::client::{peer_id_for_addr, Fetched};
+use peerblock_common::roster::peer_id_for_member;
+use peerblock_common::SharedMembership;
+use peerblock_core::client::{Caller, Ending};
+use peerblock_core::roster::{
+    AnswerOutcome, Refresh, RefreshConfig, RefreshConfigError, RefreshEvent,
+};
+
+use crate::client::{Client, RequestHandle};
+use crate::worker::{After, Entry, Key, Ready, Runtime, Worker};
+
+/// What the service and its handle share: answers counted, and whether it has ended.
+#[derive(Default)]
+struct Progress {
+    state: Mutex<(u64, bool)>,
+    changed: Condvar,
+}
+
+/// The running roster service. Dropping it without [`shutdown`](Self::shutdown) leaves
+/// it running until the runtime stops.
+pub struct RosterService {
+    progress: Arc<Progress>,
+    runtime: Runtime,
+    worker: usize,
+    key: Arc<Mutex<Option<Key>>>,
+}
+
+impl std::fmt::Debug for RosterService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RosterService")
+            .field("answers", &self.answers())
+            .finish()
+    }
+}
+
+impl RosterService {
+    /// Starts the refresh (its first round is due at once) on worker 0 of `runtime`.
+    pub fn start(
+        runtime: &Runtime,
+        client: Client,
+        membership: SharedMembership,
+        config: RefreshConfig,
+        seed: u64,
+    ) -> Result<RosterService, RefreshConfigError> {
+        let refresh = Refresh::new(runtime.now(), config, seed)?;
+        let progress = Arc::new(Progress::default());
+        let key = Arc::new(Mutex::new(None));
+        let (p, k) = (Arc::clone(&progress), Arc::clone(&key));
+        runtime.remote(0).run(move |w| {
+            let members = membership.lock().unwrap_or_else(|e| e.into_inner()).len();
+            client.options().metrics.roster_members.set(members as i64);
+            let task = RosterTask {
+                client,
+                membership,
+                refresh,
+                fetches: HashMap::new(),
+                progress: p,
+            };
+            let key = w.insert(Entry::Roster(Box::new(task)));
+            *k.lock().unwrap_or_else(|e| e.into_inner()) = Some(key);
+            w.drive(key, Ready::default());
+        });
+        Ok(RosterService {
+            progress,
+            runtime: runtime.clone(),
+            worker: 0,
+            key,
+        })
+    }
+
+    /// Roster fetches answered and handed to the membership so far (merged or failed).
+    pub fn answers(&self) -> u64 {
+        self.progress
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+    }
+
+    /// Blocks until at least `n` fetches have been answered; `false` if `timeout` passed.
+    pub fn wait_answers(&self, n: u64, timeout: Duration) -> bool {
+        let guard = self
+            .progress
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (guard, _) = self
+            .progress
+            .changed
+            .wait_timeout_while(guard, timeout, |s| s.0 < n && !s.1)
+            .unwrap_or_else(|e| e.into_inner());
+        guard.0 >= n
+    }
+
+    /// Cancels the refresh and every fetch in flight, and waits (bounded) for it to end.
+    pub fn shutdown(self) {
+        let key = *self.key.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(key) = key {
+            self.runtime.remote(self.worker).run(move |w| {
+                w.with_entry(key, |w, key, entry| match entry {
+                    Entry::Roster(r) => {
+                        let now = w.now();
+                        r.refresh.cancel(now);
+                        r.drive(w, key)
+                    }
+                    _ => After::Unchanged,
+                })
+            });
+        }
+        let guard = self
+            .progress
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let _ = self
+            .progress
+            .changed
+            .wait_timeout_while(guard, Duration::from_secs(5), |s| !s.1);
+    }
+}
+
+/// The refresh on its worker.
+pub(crate) struct RosterTask {
+    client: Client,
+    membership: SharedMembership,
+    refresh: Refresh,
+    fetches: HashMap<String, RequestHandle>,
+    progress: Arc<Progress>,
+}
+
+impl RosterTask {
+    pub(crate) fn drive(&mut self, w: &mut Worker, key: Key) -> After {
+        let me = self
+            .membership
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .me()
+            .clone();
+        while let Some(event) = self.refresh.poll_event() {
+            match event {
+                RefreshEvent::Fetch { addr, member } => {
+                    let member = member
+                        .as_deref()
+                        .map(peer_id_for_member)
+                        .or_else(|| Some(peer_id_for_addr(&addr)));
+                    tracing::debug!(addr = %addr, "roster fetch");
+                    let back = w.me();
+                    let a = addr.clone();
+                    // Our signed record rides the request, so the peer learns us verified.
+                    let record = me.record.record().map(|r| r.to_header(me.weight));
+                    let caller = Caller {
+                        id: &me.id,
+                        addr: &me.addr,
+                        record: record.as_deref(),
+                    };
+                    let handle = self.client.roster_from(
+                        w,
+                        &addr,
+                        member,
+                        Some(caller),
+                        Box::new(move |fetched| {
+                            back.run(move |w| {
+                                w.with_entry(key, |w, key, entry| match entry {
+                                    Entry::Roster(r) => r.on_answer(w, key, a, fetched),
+                                    _ => After::Unchanged,
+                                })
+                            })
+                        }),
+                    );
+                    if let Some(old) = self.fetches.insert(addr, handle) {
+                        self.client.cancel_from(w, old);
+                    }
+                }
+                RefreshEvent::Cancel { addr } => {
+                    if let Some(handle) = self.fetches.remove(&addr) {
+                        self.client.cancel_from(w, handle);
+                    }
+                }
+            }
+        }
+        if self.refresh.is_finished() {
+            for (_, handle) in self.fetches.drain() {
+                self.client.cancel_from(w, handle);
+            }
+            let mut s = self
+                .progress
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            s.1 = true;
+            self.progress.changed.notify_all();
+            return After::Done;
+        }
+        After::Keep(self.refresh.poll_timeout().map(|d| d.at))
+    }
+
+    pub(crate) fn timeout(&mut self, w: &mut Worker, key: Key) -> After {
+        let now = w.now();
+        {
+            let m = self.membership.lock().unwrap_or_else(|e| e.into_inner());
+            self.refresh.handle_timeout(now, &m);
+        }
+        self.drive(w, key)
+    }
+
+    fn on_answer(&mut self, w: &mut Worker, key: Key, addr: String, fetched: Fetched) -> After {
+        self.fetches.remove(&addr);
+        // A request that ended before any exchange has no ending: no roster.
+        let ending = fetched.ending.unwrap_or(Ending::Cancelled);
+        let now = w.now();
+        {
+            let mut m = self.membership.lock().unwrap_or_else(|e| e.into_inner());
+            match self.refresh.handle_answer(now, &addr, &ending, &mut m) {
+                AnswerOutcome::Merged(report) => {
+                    tracing::debug!(addr = %addr, ?report, members = m.len(), "roster merged")
+                }
+                AnswerOutcome::Failed => {
+                    tracing::debug!(addr = %addr, outcome = %fetched.class.name(), "roster fetch failed")
+                }
+                AnswerOutcome::Ignored => {}
+            }
+            self.client
+                .options()
+                .metrics
+                .roster_members
+                .set(m.len() as i64);
+        }
+        {
+            let mut s = self
+                .progress
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            s.0 += 1;
+            self.progress.changed.notify_all();
+        }
+        self.drive(w, key)
+    }
+}
