@@ -10,7 +10,9 @@
 //! - `[client]`: the client exchange's deadlines and caps and the connection pool bounds;
 //! - `[read]`: what of core's `read::ReadConfig` an operator tunes, and the fetch
 //!   parallelism;
-//! - `[roster]`: core's `roster::RefreshConfig` timings and the membership capacity.
+//! - `[roster]`: core's `roster::RefreshConfig` timings, the membership capacity and the
+//!   membership policy (`membership`, `key_file`, `authority_key`, `epoch`,
+//!   `epoch_signature`, `max_new_per_source`, `learn_interval`; docs/security.md).
 //!
 //! **Durations** are strings: a whole number and a unit, one of `ms`, `s`, `m`, `h`
 //! (`"1500ms"`, `"15s"`, `"2m"`), at most [`MAX_DURATION`]. Byte amounts and counts are
@@ -31,7 +33,11 @@ use peerblock_core::client::{
     ClientConfig, DeadlineError, Deadlines, ExchangeConfigError, RequestTimeout,
 };
 use peerblock_core::read::{ReadConfig, ReadConfigError};
-use peerblock_core::roster::{RefreshConfig, RefreshConfigError, MAX_ROSTER_MEMBERS};
+use peerblock_core::roster::record::{unhex, verify_epoch};
+use peerblock_core::roster::{
+    MembershipMode, MembershipPolicy, RefreshConfig, RefreshConfigError, DEFAULT_LEARN_INTERVAL,
+    DEFAULT_MAX_CHECKS_PER_SOURCE, DEFAULT_MAX_NEW_PER_SOURCE, MAX_ROSTER_MEMBERS,
+};
 use peerblock_core::server::{
     AdmissionConfig, AdmissionConfigError, RateLimit, RelayConfig, ServerConfig, ServerConfigError,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_LINGER, DEFAULT_REFUSAL_HEAD_TIMEOUT, DEFAULT_SEND_TIMEOUT,
@@ -395,6 +401,39 @@ pub struct RosterTable {
     pub fetch_timeout: Duration,
     /// Peers the membership table keeps besides this node (default 4095, 1..=4095).
     pub capacity: usize,
+    /// `"open"` (default: verified records and unverified claims are learned) or
+    /// `"verified-only"` (nothing unverified is learned).
+    pub membership: MembershipKey,
+    /// The node's secret key file (64 hex digits of its Ed25519 seed); default
+    /// `STORE/node.key`, created on first start with owner-only permissions.
+    pub key_file: Option<PathBuf>,
+    /// The cluster authority's public key (64 hex digits): only epochs it signed are
+    /// adopted from peers. Without it, no peer changes this node's epoch.
+    pub authority_key: Option<String>,
+    /// This node's epoch at start (default 0). Above 0 with `authority_key`, it needs
+    /// `epoch_signature`.
+    pub epoch: u64,
+    /// The authority's signature over `epoch` (128 hex digits), served with the roster.
+    pub epoch_signature: Option<String>,
+    /// New members one source may add per `learn_interval` (default 256, at least 1).
+    pub max_new_per_source: usize,
+    /// Signature checks one source's claims may cost per `learn_interval` (default 512, at
+    /// least 1).
+    pub max_checks_per_source: usize,
+    /// The window of `max_new_per_source` (default 30 s).
+    #[serde(deserialize_with = "de_duration")]
+    pub learn_interval: Duration,
+}
+
+/// `[roster] membership`: whether unverified claims are learned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MembershipKey {
+    /// Learn verified records and unverified claims.
+    #[default]
+    Open,
+    /// Learn verified records only.
+    VerifiedOnly,
 }
 
 impl Default for RosterTable {
@@ -407,6 +446,14 @@ impl Default for RosterTable {
             max_in_flight: r.max_in_flight,
             fetch_timeout: r.fetch_timeout,
             capacity: DEFAULT_ROSTER_CAPACITY,
+            membership: MembershipKey::Open,
+            key_file: None,
+            authority_key: None,
+            epoch: 0,
+            epoch_signature: None,
+            max_new_per_source: DEFAULT_MAX_NEW_PER_SOURCE,
+            max_checks_per_source: DEFAULT_MAX_CHECKS_PER_SOURCE,
+            learn_interval: DEFAULT_LEARN_INTERVAL,
         }
     }
 }
@@ -509,7 +556,62 @@ impl NodeConfig {
                 format!("is {c}: must be in 1..={DEFAULT_ROSTER_CAPACITY}"),
             ));
         }
+        self.membership_policy()?;
+        self.signed_epoch()?;
         Ok(())
+    }
+
+    /// Core's membership policy, from `[roster]`. Errors name the key.
+    pub fn membership_policy(&self) -> Result<MembershipPolicy, ConfigError> {
+        let r = &self.roster;
+        let authority = match &r.authority_key {
+            None => None,
+            Some(text) => Some(unhex::<32>(text.as_bytes()).ok_or_else(|| {
+                ConfigError::invalid("roster.authority_key", "is not 64 hex digits")
+            })?),
+        };
+        let policy = MembershipPolicy {
+            mode: match r.membership {
+                MembershipKey::Open => MembershipMode::Open,
+                MembershipKey::VerifiedOnly => MembershipMode::VerifiedOnly,
+            },
+            authority,
+            max_new_per_source: r.max_new_per_source,
+            max_checks_per_source: r.max_checks_per_source,
+            learn_interval: r.learn_interval,
+        };
+        policy
+            .validate()
+            .map_err(|e| ConfigError::invalid(format!("roster.{}", policy_key(e.field())), &e))?;
+        Ok(policy)
+    }
+
+    /// The start epoch and its authority signature, if any (`roster.epoch`,
+    /// `roster.epoch_signature`), checked against `roster.authority_key`.
+    pub fn signed_epoch(&self) -> Result<(u64, Option<[u8; 64]>), ConfigError> {
+        let r = &self.roster;
+        let Some(text) = &r.epoch_signature else {
+            return Ok((r.epoch, None));
+        };
+        let sig = unhex::<64>(text.as_bytes()).ok_or_else(|| {
+            ConfigError::invalid("roster.epoch_signature", "is not 128 hex digits")
+        })?;
+        let key = self.membership_policy()?.authority.ok_or_else(|| {
+            ConfigError::invalid(
+                "roster.epoch_signature",
+                "is set without roster.authority_key to check it",
+            )
+        })?;
+        if !verify_epoch(&key, r.epoch, &sig) {
+            return Err(ConfigError::invalid(
+                "roster.epoch_signature",
+                format!(
+                    "is not roster.authority_key's signature over roster.epoch {}",
+                    r.epoch
+                ),
+            ));
+        }
+        Ok((r.epoch, Some(sig)))
     }
 
     fn validate_pool(&self) -> Result<(), ConfigError> {
@@ -698,6 +800,15 @@ fn read_key(e: &ReadConfigError) -> String {
         "client.max_refusal_cooldown".to_owned()
     } else {
         format!("read.{field}")
+    }
+}
+
+/// The `[roster]` key of a membership policy field.
+fn policy_key(field: &str) -> &str {
+    match field {
+        "mode" => "membership",
+        "authority" => "authority_key",
+        f => f,
     }
 }
 

@@ -9,6 +9,7 @@
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
+use peerblock_core::roster::MembershipStats;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -66,6 +67,14 @@ pub struct Metrics {
     pub get_seconds: Histogram,
     /// Members in this node's roster table.
     pub roster_members: Gauge<i64, AtomicI64>,
+    /// `peerblock_roster_rejected_total{reason}`: membership claims rejected, by reason
+    /// (`replayed`, `wrong-key`, `bad-signature`, `malformed`, `unverified`,
+    /// `rate-limited`, `epoch-refused`); see docs/security.md.
+    pub roster_rejected: Family<ReasonLabel, Counter>,
+    /// `peerblock_roster_signature_checks_total`: Ed25519 verifications run by the table.
+    pub roster_signature_checks: Counter,
+    /// `peerblock_roster_verify_cache_hits_total`: records recognised without a check.
+    pub roster_verify_cache_hits: Counter,
     /// Block bytes read from store files into user space to be served (a cache miss on
     /// the buffered path). The zero-copy path reads none.
     pub store_read_bytes: Counter,
@@ -98,6 +107,9 @@ impl Metrics {
             // 100 µs .. ~52 s in 20 doubling buckets: loopback hits to dial timeouts.
             get_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
             roster_members: Gauge::default(),
+            roster_rejected: Family::default(),
+            roster_signature_checks: Counter::default(),
+            roster_verify_cache_hits: Counter::default(),
             store_read_bytes: Counter::default(),
             sendfile_bytes: Counter::default(),
         };
@@ -165,6 +177,21 @@ impl Metrics {
             m.roster_members.clone(),
         );
         r.register(
+            format!("{p}_roster_rejected"),
+            "Membership claims rejected, by reason",
+            m.roster_rejected.clone(),
+        );
+        r.register(
+            format!("{p}_roster_signature_checks"),
+            "Ed25519 verifications of member records and epochs",
+            m.roster_signature_checks.clone(),
+        );
+        r.register(
+            format!("{p}_roster_verify_cache_hits"),
+            "Member records recognised as verified without a check",
+            m.roster_verify_cache_hits.clone(),
+        );
+        r.register(
             format!("{p}_store_read_bytes"),
             "Block bytes read from store files into user space to be served",
             m.store_read_bytes.clone(),
@@ -176,6 +203,37 @@ impl Metrics {
         );
         m.registry = Arc::new(registry);
         m
+    }
+
+    /// Brings the membership counters up to the table's `stats` (cumulative since the
+    /// table was created; one table per node, so the counters only move up).
+    pub fn record_membership(&self, stats: &MembershipStats) {
+        let sync = |c: &Counter, total: u64| {
+            let now = c.get();
+            if total > now {
+                c.inc_by(total - now);
+            }
+        };
+        for (reason, total) in [
+            ("replayed", stats.replayed),
+            ("wrong-key", stats.wrong_key),
+            ("bad-signature", stats.bad_signature),
+            ("malformed", stats.malformed),
+            ("unverified", stats.unverified_refused),
+            ("rate-limited", stats.rate_limited),
+            ("epoch-refused", stats.epoch_refused),
+        ] {
+            if total > 0 {
+                sync(
+                    &self.roster_rejected.get_or_create(&ReasonLabel {
+                        reason: reason.to_owned(),
+                    }),
+                    total,
+                );
+            }
+        }
+        sync(&self.roster_signature_checks, stats.signature_checks);
+        sync(&self.roster_verify_cache_hits, stats.cache_hits);
     }
 
     /// The metrics in the Prometheus text exposition format (`# EOF`-terminated

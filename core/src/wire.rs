@@ -82,6 +82,10 @@ pub mod header {
     /// The caller's advertised listen address on a roster request (the connection's source
     /// port is ephemeral, so it cannot be derived).
     pub const PEER_ADDR: &str = "X-DART-Peer-Addr";
+    /// Caller → server on roster requests: the caller's signed member record
+    /// (`<seq> <weight> <key hex> <sig hex>`, see `roster::record`). Ours: a reference
+    /// peer neither sends nor reads it.
+    pub const RECORD: &str = "X-Peerblock-Record";
     /// Membership epoch, a decimal `u64` carried as text ([`super::parse_epoch`]).
     /// Defined by the reference, which does not exchange it yet; core decodes it on a
     /// request ([`Request::epoch`](crate::http::Request::epoch), raw) and can

@@ -288,6 +288,7 @@ fn placement_members_are_the_roster_members_with_parsed_ids_unplaceable_ids_left
         id: id(9),
         addr: "10.0.0.9:7070".into(),
         weight: 1.0,
+        record: Default::default(),
     };
     let mut table = Membership::new(me, 1, 16).unwrap();
     let roster = Roster {
@@ -297,13 +298,16 @@ fn placement_members_are_the_roster_members_with_parsed_ids_unplaceable_ids_left
                 id: id(2),
                 addr: "10.0.0.2:7070".into(),
                 weight: 2.0,
+                record: Default::default(),
             },
             RosterMember {
                 id: "not-a-peer-id".into(),
                 addr: "10.0.0.3:7070".into(),
                 weight: 1.0,
+                record: Default::default(),
             },
         ],
+        epoch_sig: None,
     };
     let _ = table.merge(secs(0), &id(2), &roster);
     let members = placement_members(&table);

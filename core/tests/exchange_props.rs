@@ -67,7 +67,7 @@ proptest! {
         let config = Arc::new(ServerConfig::new("n", "h:1"));
         let mut conns: Vec<Conn> = Vec::new();
         let mut now = Instant::ZERO;
-        let roster = peerblock_core::roster::Roster { epoch: 1, members: vec![] };
+        let roster = peerblock_core::roster::Roster { epoch: 1, epoch_sig: None, members: vec![] };
         for op in ops {
             let n_conns = conns.len().max(1);
             match op {

@@ -82,6 +82,7 @@ fn server_learns_the_advertised_address_not_the_connection_source() {
         Some(Caller {
             id: "caller-id",
             addr: "10.0.0.9:7070",
+            record: None,
         }),
     ));
     assert!(matches!(out.ending, Ending::Roster(_)));
@@ -133,7 +134,9 @@ fn server_repairs_a_roster_that_omits_itself() {
             id: "other".into(),
             addr: "o:1".into(),
             weight: 1.0,
+            record: Default::default(),
         }],
+        epoch_sig: None,
     };
     conn.handle_roster(Instant::ZERO, id, &without_me).unwrap();
     let t = conn.poll_transmit(Instant::ZERO).unwrap();
@@ -244,6 +247,7 @@ fn roster_fetch_merges_into_the_callers_membership_crediting_the_responder() {
             id: "me".into(),
             addr: "10.0.0.2:7070".into(),
             weight: 1.0,
+            record: Default::default(),
         },
         0,
         64,
@@ -281,6 +285,7 @@ fn a_go_peers_roster_is_learned_through_the_exchange() {
             id: "n1".into(),
             addr: "node-1.test:7070".into(),
             weight: 1.0,
+            record: Default::default(),
         }]
     );
     assert_eq!(out.breaker, BreakerOutcome::Answered);
@@ -305,6 +310,7 @@ fn a_go_peer_with_no_epoch_and_null_members_is_never_newer() {
             id: "me".into(),
             addr: "10.0.0.2:7070".into(),
             weight: 1.0,
+            record: Default::default(),
         },
         5,
         64,

@@ -229,6 +229,7 @@ fn only_a_block_response_is_marked_as_a_block() {
         if let ServerEvent::Roster { id, .. } = e {
             let table = peerblock_core::roster::Roster {
                 epoch: 0,
+                epoch_sig: None,
                 members: Vec::new(),
             };
             conn.handle_roster(T0, id, &table).unwrap();

@@ -56,6 +56,7 @@ fn encode_request(r: &Req, out: &mut BytesMut) {
         origin: r.2.as_deref(),
         node: r.3.as_deref(),
         peer_addr: r.4.as_deref(),
+        record: None,
         epoch: r.5,
         close: r.6,
     };

@@ -24,6 +24,7 @@ fn member(id: &str, addr: &str) -> RosterMember {
         id: id.into(),
         addr: addr.into(),
         weight: 1.0,
+        record: Default::default(),
     }
 }
 
@@ -53,6 +54,7 @@ fn roster_answer(responder: &str, members: &[(&str, &str)]) -> Ending {
         roster: Roster {
             epoch: 1,
             members: members.iter().map(|(id, addr)| member(id, addr)).collect(),
+            epoch_sig: None,
         },
         responder: Some(responder.into()),
     })
@@ -173,6 +175,7 @@ fn never_asks_itself() {
         &Roster {
             epoch: 1,
             members: vec![member("ghost", MY_ADDR)],
+            epoch_sig: None,
         },
     );
     assert_eq!(t.addr("ghost"), Some(MY_ADDR));
@@ -315,6 +318,7 @@ fn an_answer_merges_and_the_members_it_teaches_are_asked_later() {
     let caller = Caller {
         id: &me.id,
         addr: &me.addr,
+        record: None,
     };
     let outcome = pair.exchange(ExchangeRequest::roster("server:7070", Some(caller)));
     let now = pair.now;
@@ -682,6 +686,7 @@ proptest::proptest! {
                             roster: Roster {
                                 epoch: 1,
                                 members: members.iter().map(|(i, a)| member(i, a)).collect(),
+                                epoch_sig: None,
                             },
                             responder: Some(format!("id-{addr}")),
                         })

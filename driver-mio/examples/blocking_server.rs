@@ -210,6 +210,7 @@ fn answer(node: &Node, m: &mut ServerConnection, event: ServerEvent) {
         ServerEvent::Roster { id, .. } => {
             let roster = Roster {
                 epoch: NO_EPOCH,
+                epoch_sig: None,
                 members: Vec::new(),
             };
             m.handle_roster(node.now(), id, &roster)

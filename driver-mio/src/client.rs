@@ -137,7 +137,8 @@ enum Kind {
         validator: Option<Validator>,
     },
     Roster {
-        caller: Option<(String, String)>,
+        /// The caller's id, advertised address and signed record header.
+        caller: Option<(String, String, Option<String>)>,
     },
 }
 
@@ -427,7 +428,13 @@ fn block_kind(block: BlockRequest<'_>, opts: &GetOptions) -> Kind {
 
 fn roster_kind(caller: Option<Caller<'_>>) -> Kind {
     Kind::Roster {
-        caller: caller.map(|c| (c.id.to_owned(), c.addr.to_owned())),
+        caller: caller.map(|c| {
+            (
+                c.id.to_owned(),
+                c.addr.to_owned(),
+                c.record.map(str::to_owned),
+            )
+        }),
     }
 }
 
@@ -710,7 +717,12 @@ fn new_exchange(
             }
         }
         Kind::Roster { caller } => {
-            ExchangeRequest::roster(host, caller.as_ref().map(|(id, addr)| Caller { id, addr }))
+            let caller = caller.as_ref().map(|(id, addr, record)| Caller {
+                id,
+                addr,
+                record: record.as_deref(),
+            });
+            ExchangeRequest::roster(host, caller)
         }
     };
     let request = match job.deadline {

@@ -182,9 +182,12 @@ impl RosterTask {
                     let a = addr.clone();
                     self.next_fetch += 1;
                     let seq = self.next_fetch;
+                    // Our signed record rides the request, so the peer learns us verified.
+                    let record = me.record.record().map(|r| r.to_header(me.weight));
                     let caller = Caller {
                         id: &me.id,
                         addr: &me.addr,
+                        record: record.as_deref(),
                     };
                     let handle = self.client.roster_from(
                         w,

@@ -226,6 +226,7 @@ fn a_roster_service_shut_down_at_once_stops_at_once() {
         id: "me".into(),
         addr: "127.0.0.1:1".into(),
         weight: 1.0,
+        record: Default::default(),
     };
     let membership = Arc::new(std::sync::Mutex::new(
         Membership::new(me, NO_EPOCH, 16).unwrap(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use peerblock_core::client::{placement_members, BlockRequest};
 use peerblock_core::read::ReadOutcome;
-use peerblock_core::roster::{Membership, RosterMember, NO_EPOCH};
+use peerblock_core::roster::{Membership, RosterMember, MAX_ROSTER_MEMBERS, NO_EPOCH};
 use peerblock_core::time::Clock;
 use peerblock_core::wire::{BlockPath, ChunkKey};
 use tokio::net::TcpListener;
@@ -168,11 +168,10 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         id: plan.node_id.clone(),
         addr: advertised.clone(),
         weight: 1.0,
+        record: Default::default(),
     };
-    let membership: SharedMembership = Arc::new(Mutex::new(
-        Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
-            .map_err(|e| NodeError::usage("--listen", format!("advertised address: {e}")))?,
-    ));
+    let membership: SharedMembership =
+        Arc::new(Mutex::new(serve_membership(&plan, me, &advertised)?));
     let ip = plan.listen.ip();
     let local_ip = (!ip.is_unspecified()).then_some(ip);
     let store = FileStore::with_cache(
@@ -232,6 +231,38 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The table `serve` keeps: this node (its record signed when its id is its key's), the
+/// `[roster]` membership policy and the configured (possibly authority-signed) epoch.
+fn serve_membership(
+    plan: &ServePlan,
+    me: RosterMember,
+    advertised: &str,
+) -> Result<Membership, NodeError> {
+    let weight = me.weight;
+    let mut table = Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
+        .map_err(|e| NodeError::usage("--listen", format!("advertised address: {e}")))?
+        .with_policy(plan.config.membership_policy()?)
+        .map_err(|e| NodeError::Failed(format!("membership policy: {e}")))?;
+    match plan.config.signed_epoch()? {
+        (epoch, Some(sig)) => table
+            .set_signed_epoch(epoch, sig)
+            .map_err(|()| NodeError::Failed("roster.epoch_signature does not verify".into()))?,
+        (epoch, None) => table.raise_epoch(epoch),
+    }
+    if plan.signed {
+        let seq = crate::identity::next_seq(&plan.key_file)?;
+        let record = plan
+            .key
+            .sign(advertised, weight, seq)
+            .map_err(|e| NodeError::usage("--listen", format!("advertised address: {e}")))?;
+        table
+            .set_record(record)
+            .map_err(|e| NodeError::Failed(format!("own record: {e}")))?;
+        tracing::info!(id = %plan.key.id(), seq, "signed member record");
+    }
+    Ok(table)
 }
 
 /// What both drivers' `serve` start from.
@@ -504,10 +535,19 @@ pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
         id: FETCH_SELF_ID.to_owned(),
         addr: "fetch.invalid:0".to_owned(),
         weight: 0.0,
+        record: Default::default(),
     };
+    // The configured membership policy (verified-only, authority), but a one-shot fetch
+    // learns the whole cluster from the seeds its operator named in one pass: its
+    // per-source budgets are the table's capacity (memory stays bounded by it).
+    let mut policy = plan.config.membership_policy()?;
+    policy.max_new_per_source = MAX_ROSTER_MEMBERS;
+    policy.max_checks_per_source = MAX_ROSTER_MEMBERS;
     let membership: SharedMembership = Arc::new(Mutex::new(
         Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
-            .map_err(|e| NodeError::Failed(format!("roster table: {e}")))?,
+            .map_err(|e| NodeError::Failed(format!("roster table: {e}")))?
+            .with_policy(policy)
+            .map_err(|e| NodeError::Failed(format!("membership policy: {e}")))?,
     ));
     learn_cluster(&client, &plan.seeds, &membership).await;
     let known = lock(&membership).len();

@@ -15,6 +15,7 @@
 //! | [`relay`] | – | the relay-capable source: fetch on behalf from a parent or the origin, cache |
 //! | [`manifest`] | – | content addressing: import, manifests, block validation (re-exported from `peerblock-common`) |
 //! | [`node`] | – | the `peerblock-node` command line, its validation and its commands |
+//! | [`identity`] | – | the node's key file and record sequence number |
 //! | [`progress`] | – | progress of `import` and `fetch`: a bar on a terminal, lines otherwise |
 //! | [`config`] | – | the node's TOML configuration (re-exported from `peerblock-common`) |
 //! | [`metrics`] | – | the Prometheus metrics (kept in `peerblock-common`) and their admin endpoint |
@@ -25,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod identity;
 pub use peerblock_common::{config, manifest};
 mod cmd;
 pub mod metrics;

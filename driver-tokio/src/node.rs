@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use peerblock_core::placement::PeerId;
-use peerblock_core::roster::{MAX_ADDR_LEN, MAX_ID_LEN};
+use peerblock_core::roster::{NodeKey, MAX_ADDR_LEN, MAX_ID_LEN};
 use peerblock_core::wire::ChunkKey;
 
 use crate::config::{self, ConfigError, NodeConfig, MAX_PARALLEL};
+use crate::identity;
 use crate::manifest::{self, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE};
 
 /// Exit code: success.
@@ -120,10 +121,12 @@ pub struct ServeArgs {
     /// Address to accept peer connections on (IP:PORT; port 0 picks a free port).
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// This node's id: 64 hex digits used as is, or any other name, hashed into an id
-    /// (BLAKE3 of a fixed tag and the name).
+    /// This node's id. Default: the id its key certifies (SHA-256 of the public key of the
+    /// key file), signed. Legacy: 64 hex digits used as is, or any other name, hashed into
+    /// an id (BLAKE3 of a fixed tag and the name); such a node cannot sign its record and
+    /// peers learn it as unverified.
     #[arg(long, value_name = "ID")]
-    pub id: String,
+    pub id: Option<String>,
     /// Store directory, created if missing (layout DIR/CHUNK-HEX/INDEX).
     #[arg(long, value_name = "DIR")]
     pub store: PathBuf,
@@ -318,17 +321,46 @@ pub struct ServePlan {
     pub metrics: Option<SocketAddr>,
     /// The validated configuration.
     pub config: NodeConfig,
+    /// The node's key (read from `key_file`, or created there).
+    pub key: NodeKey,
+    /// The key file (`[roster] key_file`, default `STORE/node.key`).
+    pub key_file: PathBuf,
+    /// Whether the node signs its record: its id is the one its key certifies (`--id`
+    /// omitted, or equal to it).
+    pub signed: bool,
     /// The driver.
     pub driver: DriverKind,
     /// The mio driver's worker threads.
     pub threads: usize,
 }
 
-/// Validates `serve`'s arguments and configuration, and creates the store directory if
-/// it is missing. Binds nothing.
+/// Validates `serve`'s arguments and configuration, creates the store directory if it is
+/// missing and reads or creates the node's key file. Binds nothing.
 pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
     let config = load_config(args.config.as_deref())?;
-    let (peer_id, id_derived) = node_id(&args.id)?;
+    ensure_store(&args.store)?;
+    let key_file = config
+        .roster
+        .key_file
+        .clone()
+        .unwrap_or_else(|| args.store.join(identity::DEFAULT_KEY_FILE));
+    let (key, created) = identity::load_or_create_key(&key_file)?;
+    if created {
+        tracing::info!(key_file = %key_file.display(), id = %key.id(), "created the node key");
+    }
+    let (peer_id, id_derived) = match &args.id {
+        Some(id) => node_id(id)?,
+        None => (
+            key.id()
+                .parse::<PeerId>()
+                .expect("a key-derived id is 64 hex digits"),
+            false,
+        ),
+    };
+    let signed = peer_id.to_hex() == key.id();
+    if !signed {
+        tracing::warn!(id = %peer_id.to_hex(), "--id is not the id the node key certifies: the node's record is unsigned and peers learn it as unverified");
+    }
     for seed in &args.seeds {
         check_peer_addr("--seed", seed)?;
     }
@@ -364,7 +396,6 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
             "sets the mio driver's workers: add --driver mio".to_owned(),
         ));
     }
-    ensure_store(&args.store)?;
     Ok(ServePlan {
         listen: args.listen,
         peer_id,
@@ -375,6 +406,9 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
         seeds: args.seeds.clone(),
         metrics: args.metrics,
         config,
+        key,
+        key_file,
+        signed,
         driver: args.driver,
         threads: args
             .threads

@@ -116,9 +116,12 @@ async fn run(
                     let a = addr.clone();
                     tracing::debug!(addr = %addr, "roster fetch");
                     let task = tokio::spawn(async move {
+                        // Our signed record rides the request, so the peer learns us verified.
+                        let record = me.record.record().map(|r| r.to_header(me.weight));
                         let caller = Caller {
                             id: &me.id,
                             addr: &me.addr,
+                            record: record.as_deref(),
                         };
                         let member = member.or_else(|| Some(peer_id_for_addr(&a)));
                         let fetched = client.fetch_roster(&a, member, Some(caller)).await;
@@ -168,6 +171,7 @@ async fn run(
                     AnswerOutcome::Ignored => {}
                 }
                 metrics.roster_members.set(m.len() as i64);
+                metrics.record_membership(m.stats());
                 drop(m);
                 answered.send_modify(|n| *n += 1);
             }

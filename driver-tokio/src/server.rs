@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use peerblock_core::roster::{Roster, NO_EPOCH};
+use peerblock_core::roster::{Attestation, LearnOutcome, Roster, NO_EPOCH};
 use peerblock_core::server::{
     Admission, AdmissionConfig, AdmissionConfigError, RequestId, RequestRejection, ServerConfig,
     ServerConfigError, ServerConnection, ServerEvent, SourceResult,
@@ -584,14 +584,31 @@ impl Conn {
                     Some(membership) => {
                         let mut table = membership.lock().unwrap_or_else(PoisonError::into_inner);
                         if let Some(caller) = &caller {
-                            match table.learn(now, &caller.id, &caller.addr) {
-                                Ok(changed) => {
-                                    tracing::debug!(peer = %self.peer, id = %caller.id, addr = %caller.addr, changed, "roster caller learned")
+                            // The budget of new members is per source IP; the record (if
+                            // any) is verified by the table.
+                            let source = self.peer.ip().to_string();
+                            let (record, weight) =
+                                Attestation::from_header(caller.record.as_deref());
+                            let weight = caller.record.is_some().then_some(weight);
+                            match table.learn_caller(
+                                now,
+                                &source,
+                                &caller.id,
+                                &caller.addr,
+                                &record,
+                                weight,
+                            ) {
+                                Ok(LearnOutcome::Rejected(why)) => {
+                                    tracing::debug!(peer = %self.peer, id = %caller.id, reason = why.name(), "roster caller rejected")
+                                }
+                                Ok(outcome) => {
+                                    tracing::debug!(peer = %self.peer, id = %caller.id, addr = %caller.addr, ?outcome, "roster caller learned")
                                 }
                                 Err(e) => {
                                     tracing::debug!(peer = %self.peer, id = %caller.id, error = %e, "roster caller not learned")
                                 }
                             }
+                            self.shared.metrics.record_membership(table.stats());
                             self.shared
                                 .metrics
                                 .roster_members
@@ -603,6 +620,7 @@ impl Conn {
                     None => Roster {
                         epoch: NO_EPOCH,
                         members: Vec::new(),
+                        epoch_sig: None,
                     },
                 };
                 if let Err(e) = self.machine.handle_roster(now, id, &roster) {

@@ -342,3 +342,69 @@ fn failed_dial_cooldown_defaults_to_the_references_30_minutes_and_is_tunable() {
     let err = refused("[client]\nfailed_dial_cooldown = \"0s\"\n");
     assert!(err.contains("client.failed_dial_cooldown"), "{err}");
 }
+
+#[test]
+fn roster_membership_keys_set_the_membership_policy() {
+    use peerblock_core::roster::record::{hex, sign_epoch};
+    use peerblock_core::roster::{MembershipMode, NodeKey};
+    let authority = NodeKey::from_seed(&[4; 32]);
+    let sig = hex(&sign_epoch(&authority, 9));
+    let c = parse(&format!(
+        "[roster]\nmembership = \"verified-only\"\nkey_file = \"/tmp/k\"\nauthority_key = \"{}\"\nepoch = 9\nepoch_signature = \"{sig}\"\nmax_new_per_source = 32\nmax_checks_per_source = 64\nlearn_interval = \"2m\"\n",
+        hex(&authority.public())
+    ))
+    .unwrap();
+    let p = c.membership_policy().unwrap();
+    assert_eq!(p.mode, MembershipMode::VerifiedOnly);
+    assert_eq!(p.authority, Some(authority.public()));
+    assert_eq!((p.max_new_per_source, p.max_checks_per_source), (32, 64));
+    assert_eq!(p.learn_interval, Duration::from_secs(120));
+    assert_eq!(c.signed_epoch().unwrap().0, 9);
+    assert_eq!(
+        c.roster.key_file.as_deref(),
+        Some(std::path::Path::new("/tmp/k"))
+    );
+    // Defaults: open, no authority, 256 per 30 s.
+    let d = parse("").unwrap().membership_policy().unwrap();
+    assert_eq!(d.mode, MembershipMode::Open);
+    assert_eq!((d.authority, d.max_new_per_source), (None, 256));
+}
+
+#[test]
+fn roster_membership_mistakes_name_their_key() {
+    let authority = peerblock_core::roster::NodeKey::from_seed(&[4; 32]);
+    let key = peerblock_core::roster::record::hex(&authority.public());
+    for (text, key_named) in [
+        ("[roster]\nmembership = \"closed\"\n", "membership"),
+        (
+            "[roster]\nauthority_key = \"abc\"\n",
+            "roster.authority_key",
+        ),
+        (
+            "[roster]\nmax_new_per_source = 0\n",
+            "roster.max_new_per_source",
+        ),
+        (
+            "[roster]\nmax_checks_per_source = 0\n",
+            "roster.max_checks_per_source",
+        ),
+        (
+            "[roster]\nlearn_interval = \"0s\"\n",
+            "roster.learn_interval",
+        ),
+        (
+            &format!("[roster]\nepoch_signature = \"{}\"\n", "00".repeat(64)),
+            "roster.epoch_signature",
+        ),
+        (
+            &format!(
+                "[roster]\nauthority_key = \"{key}\"\nepoch = 3\nepoch_signature = \"{}\"\n",
+                "00".repeat(64)
+            ),
+            "roster.epoch_signature",
+        ),
+    ] {
+        let e = refused(text);
+        assert!(e.contains(key_named), "{text}: {e}");
+    }
+}

@@ -167,6 +167,48 @@ fn a_go_client_fetches_blocks_and_the_roster_from_the_node() {
         roster.contains(&node.addr),
         "the roster names the node: {roster}"
     );
+    // The node's roster carries its signed record (`seq`, `key`, `sig`), which Go's decoder
+    // skipped above; the Go caller, which sent no record, is learned as unverified (default
+    // `membership = "open"`): listed, with no record fields of its own.
+    let again = refpeer(
+        &bin,
+        &["roster", &node.addr, &"ef".repeat(32), "127.0.0.9:9"],
+    );
+    assert!(
+        again.contains(&"ef".repeat(32)),
+        "Go caller learned: {again}"
+    );
+    let raw = raw_roster(&node.addr);
+    let members: Vec<&str> = raw.split("},{").collect();
+    let own = members
+        .iter()
+        .find(|m| m.contains(&node.addr))
+        .expect("own entry");
+    assert!(
+        own.contains("\"sig\":\""),
+        "the node signs its record: {raw}"
+    );
+    let go = members
+        .iter()
+        .find(|m| m.contains(&"ef".repeat(32)))
+        .expect("Go caller listed");
+    assert!(
+        !go.contains("\"sig\""),
+        "the Go caller is unverified: {raw}"
+    );
+}
+
+/// The node's roster body, fetched anonymously with a blocking socket (bounded).
+fn raw_roster(addr: &str) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(b"GET /peer/v1/roster HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    out.split_once("\r\n\r\n").expect("a head").1.to_owned()
 }
 
 #[test]

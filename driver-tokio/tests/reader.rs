@@ -115,6 +115,7 @@ async fn a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one() 
             id: "reader".into(),
             addr: "reader.test:9".into(),
             weight: 1.0,
+            record: Default::default(),
         };
         let mut m = Membership::new(me, 1, 16).unwrap();
         let c = client();

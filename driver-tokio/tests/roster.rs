@@ -37,6 +37,7 @@ async fn the_roster_service_learns_members_and_identifies_itself() {
             id: "n1".into(),
             addr: "node-1.test:7171".into(),
             weight: 1.0,
+            record: Default::default(),
         };
         let membership = Arc::new(Mutex::new(Membership::new(me, 0, 64).unwrap()));
         let config = RefreshConfig {
@@ -53,7 +54,10 @@ async fn the_roster_service_learns_members_and_identifies_itself() {
             let m = membership.lock().unwrap();
             assert_eq!(m.addr("n3"), Some("10.0.0.3:7070"));
             assert!(m.addr("n2").is_some());
-            assert_eq!(m.epoch(), 5);
+            // An epoch no cluster authority signed is never adopted from a peer
+            // (docs/security.md, epoch pinning).
+            assert_eq!(m.epoch(), 0);
+            assert_eq!(m.stats().epoch_refused, 1);
         }
         let heads = server.stats.heads();
         let head = heads[0].to_ascii_lowercase();

@@ -704,6 +704,7 @@ async fn roster_request_is_answered_from_the_membership_and_its_caller_is_learne
             id: "srv".into(),
             addr: "srv.test:7070".into(),
             weight: 1.0,
+            record: Default::default(),
         };
         let membership: SharedMembership = Arc::new(Mutex::new(
             Membership::new(me, 7, 16).expect("membership"),

@@ -13,6 +13,9 @@
 mod exchange;
 mod ops;
 mod server_connection;
+mod signed_record;
+
+pub use signed_record::signed_record;
 
 pub use exchange::exchange;
 pub use server_connection::server_connection;
@@ -622,11 +625,17 @@ fn roster_model(tree: &Json) -> Option<Roster> {
         if !ok {
             return None;
         }
-        out.push(RosterMember { id, addr, weight });
+        out.push(RosterMember {
+            id,
+            addr,
+            weight,
+            record: Default::default(),
+        });
     }
     Some(Roster {
         epoch,
         members: out,
+        epoch_sig: None,
     })
 }
 
@@ -764,9 +773,18 @@ fn model_roster(data: &[u8]) -> Roster {
             4 => -1.0,
             _ => f64::from(c[5]) / 8.0,
         };
-        members.push(RosterMember { id, addr, weight });
+        members.push(RosterMember {
+            id,
+            addr,
+            weight,
+            record: Default::default(),
+        });
     }
-    Roster { epoch, members }
+    Roster {
+        epoch,
+        members,
+        epoch_sig: None,
+    }
 }
 
 /// Roster decoder. First byte even: the rest is a body off the wire; whatever the decoder

@@ -78,3 +78,8 @@ fn server_connection_corpus() {
 fn exchange_corpus() {
     replay("exchange", peerblock_fuzz::exchange);
 }
+
+#[test]
+fn signed_record_corpus() {
+    replay("signed_record", peerblock_fuzz::signed_record);
+}

@@ -221,6 +221,7 @@ impl<B: BlockSource> Pair<B> {
             id: server.node_id.clone(),
             addr: server.advertised_addr.clone(),
             weight: 1.0,
+            record: Default::default(),
         };
         Pair {
             now: Instant::ZERO,

@@ -83,6 +83,9 @@ pub struct Caller<'a> {
     pub id: &'a str,
     /// Our advertised listen address (`X-DART-Peer-Addr`).
     pub addr: &'a str,
+    /// Our signed record (`X-Peerblock-Record`, [`RecordSig::to_header`](crate::roster::RecordSig::to_header)); `None`
+    /// sends none (an unverified caller, as a reference peer is).
+    pub record: Option<&'a str>,
 }
 
 /// What an exchange asks for.
@@ -319,6 +322,7 @@ impl Exchange {
                     origin: None,
                     node: caller.map(|c| c.id),
                     peer_addr: caller.map(|c| c.addr),
+                    record: caller.and_then(|c| c.record),
                     epoch: None,
                     close: false,
                 },

@@ -36,6 +36,8 @@ pub struct OutgoingRequest<'a> {
     pub node: Option<&'a str>,
     /// `X-DART-Peer-Addr`: our advertised listen address (roster requests).
     pub peer_addr: Option<&'a str>,
+    /// `X-Peerblock-Record`: our signed member record (roster requests).
+    pub record: Option<&'a str>,
     /// `X-DART-Epoch`.
     pub epoch: Option<u64>,
     /// Send `Connection: close` (no further request on this connection).
@@ -52,6 +54,7 @@ impl<'a> OutgoingRequest<'a> {
             origin: None,
             node: None,
             peer_addr: None,
+            record: None,
             epoch: None,
             close: false,
         }
@@ -66,6 +69,7 @@ impl<'a> OutgoingRequest<'a> {
             origin: None,
             node: Some(node),
             peer_addr: Some(peer_addr),
+            record: None,
             epoch: None,
             close: false,
         }
@@ -77,7 +81,13 @@ impl<'a> OutgoingRequest<'a> {
         check(header::ORIGIN, self.origin)?;
         check(header::NODE, self.node)?;
         check(header::PEER_ADDR, self.peer_addr)?;
-        out.reserve(160 + self.host.len() + opt_len(self.origin) + opt_len(self.node));
+        check(header::RECORD, self.record)?;
+        out.reserve(
+            160 + self.host.len()
+                + opt_len(self.origin)
+                + opt_len(self.node)
+                + opt_len(self.record),
+        );
         out.put_slice(b"GET ");
         match &self.target {
             RequestTarget::Block(path) => {
@@ -99,6 +109,7 @@ impl<'a> OutgoingRequest<'a> {
         put_field(out, header::ORIGIN, self.origin);
         put_field(out, header::NODE, self.node);
         put_field(out, header::PEER_ADDR, self.peer_addr);
+        put_field(out, header::RECORD, self.record);
         if let Some(epoch) = self.epoch {
             put_name(out, header::EPOCH);
             put_decimal(out, epoch);

@@ -98,6 +98,7 @@ struct Decoded {
     origin: Option<Place>,
     node: Option<Place>,
     peer_addr: Option<Place>,
+    record: Option<Place>,
     epoch: Option<Place>,
     hop: Option<Place>,
     hop_count: u8,
@@ -200,6 +201,12 @@ impl<H: AsRef<[u8]>> Request<H> {
     /// `X-DART-Peer-Addr`: the caller's advertised listen address.
     pub fn peer_addr(&self) -> Option<&[u8]> {
         self.decoded.peer_addr.map(|s| s.get(self.head.as_ref()))
+    }
+
+    /// `X-Peerblock-Record`: the caller's signed member record, raw (see
+    /// `roster::Attestation::from_header`).
+    pub fn record(&self) -> Option<&[u8]> {
+        self.decoded.record.map(|s| s.get(self.head.as_ref()))
     }
 
     /// `X-DART-Epoch`, raw (see [`wire::parse_epoch`]).
@@ -503,6 +510,7 @@ fn parse(window: &[u8]) -> Result<Option<(usize, Decoded)>, RequestError> {
             origin: fields.origin.map(span),
             node: fields.node.map(span),
             peer_addr: fields.peer_addr.map(span),
+            record: fields.record.map(span),
             epoch: fields.epoch.map(span),
             hop: fields.hop.map(span),
             hop_count: fields.hop_count,
@@ -600,6 +608,7 @@ struct Fields<'a> {
     origin_count: u8,
     node: Option<&'a [u8]>,
     peer_addr: Option<&'a [u8]>,
+    record: Option<&'a [u8]>,
     epoch: Option<&'a [u8]>,
 }
 
@@ -644,6 +653,7 @@ impl<'a> Fields<'a> {
                 }
             }
             16 if name_is(name, b"x-dart-peer-addr") => self.peer_addr = Some(value),
+            18 if name_is(name, b"x-peerblock-record") => self.record = Some(value),
             17 if name_is(name, b"transfer-encoding") => {
                 return Err(RequestError::TransferEncoding)
             }

@@ -9,7 +9,7 @@
 //! - **Keys** match a field the way Go's `foldName` does: ASCII letters ignoring case, plus
 //!   the two non-ASCII runes whose Unicode simple-fold set contains an ASCII letter
 //!   (`ſ` U+017F folds with `s`, `K` U+212A with `k`). Go prefers an exact match only to
-//!   choose between several struct fields that fold alike; the five roster field names are
+//!   choose between several struct fields that fold alike; the roster field names (ours included: `epoch_sig`, `seq`, `key`, `sig`) are
 //!   distinct under folding, so every key names at most one field.
 //! - **A repeated key** (in any spelling) overwrites the earlier value: the last one wins,
 //!   as in Go v1 (which, despite documenting a preference for exact matches, decodes every
@@ -37,6 +37,10 @@ pub(super) enum Field {
     Id,
     Addr,
     Weight,
+    Seq,
+    Key,
+    Sig,
+    EpochSig,
     Other,
 }
 
@@ -63,6 +67,8 @@ fn roster_field(key: &str) -> Field {
         Field::Epoch
     } else if go_key_matches(key, "MEMBERS") {
         Field::Members
+    } else if go_key_matches(key, "EPOCH_SIG") {
+        Field::EpochSig
     } else {
         Field::Other
     }
@@ -75,6 +81,12 @@ fn member_field(key: &str) -> Field {
         Field::Addr
     } else if go_key_matches(key, "WEIGHT") {
         Field::Weight
+    } else if go_key_matches(key, "SEQ") {
+        Field::Seq
+    } else if go_key_matches(key, "KEY") {
+        Field::Key
+    } else if go_key_matches(key, "SIG") {
+        Field::Sig
     } else {
         Field::Other
     }
@@ -86,6 +98,10 @@ pub(super) struct RawMember {
     pub id: Option<String>,
     pub addr: Option<String>,
     pub weight: Option<f64>,
+    /// The record's fields (ours; a reference peer sends none).
+    pub seq: Option<String>,
+    pub key: Option<String>,
+    pub sig: Option<String>,
 }
 
 /// A roster as it arrived, before the field and bound checks.
@@ -93,6 +109,8 @@ pub(super) struct RawMember {
 pub(super) struct RawRoster {
     /// `Some` once the key was seen: the text (`""` for Go's zero value or `null`).
     pub epoch: Option<String>,
+    /// The authority's signature over the epoch, as text.
+    pub epoch_sig: Option<String>,
     /// Whether a members key was seen.
     pub members_seen: bool,
     /// The members kept (at most [`MAX_ROSTER_MEMBERS`]).
@@ -131,6 +149,9 @@ impl<'de> Visitor<'de> for MemberVisitor {
             match member_field(&key.0) {
                 Field::Id => map.next_value_seed(NullableString(&mut m.id))?,
                 Field::Addr => map.next_value_seed(NullableString(&mut m.addr))?,
+                Field::Seq => map.next_value_seed(NullableString(&mut m.seq))?,
+                Field::Key => map.next_value_seed(NullableString(&mut m.key))?,
+                Field::Sig => map.next_value_seed(NullableString(&mut m.sig))?,
                 Field::Weight => match map.next_value::<Option<f64>>()? {
                     Some(w) => m.weight = Some(w),
                     None => {
@@ -230,6 +251,7 @@ impl<'de> Visitor<'de> for RosterVisitor {
         while let Some(key) = map.next_key::<KeyText>()? {
             match roster_field(&key.0) {
                 Field::Epoch => map.next_value_seed(NullableString(&mut r.epoch))?,
+                Field::EpochSig => map.next_value_seed(NullableString(&mut r.epoch_sig))?,
                 Field::Members => {
                     r.members_seen = true;
                     map.next_value_seed(MembersSeed(&mut r))?;

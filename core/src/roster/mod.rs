@@ -15,7 +15,8 @@
 //! - **The caller teaches the server.** The caller sends its id (`X-DART-Node`) and its
 //!   advertised address (`X-DART-Peer-Addr`), which cannot be derived from the connection
 //!   (the source port is ephemeral). The server learns exactly that pair
-//!   ([`Membership::learn`]); a caller that omits either teaches nothing.
+//!   ([`Membership::learn_caller`], with its signed record if it sent one); a caller that
+//!   omits either teaches nothing.
 //!
 //! Wire form, as we write it (keys as below; see `docs/wire.md` for why this spelling):
 //!
@@ -39,22 +40,36 @@
 //! (the peer's fault: the client exchange reports it as a protocol error), and
 //! [`RosterBuildError`] for a roster this node is about to send (our own misuse).
 //!
-//! [`Membership`] is the bounded table a node keeps; its merge and epoch rules are
-//! documented on the type. [`Refresh`] is the machine that decides when the node fetches
+//! **Signed records** ([`record`]): a node's id is derived from its Ed25519 public key, and
+//! its record (id, address, weight, a growing sequence number, key) is signed by it and
+//! carried as extra member fields (`seq`, `key`, `sig`) and the `X-Peerblock-Record`
+//! request header, which a reference peer ignores. An authority-signed epoch travels as
+//! `epoch_sig`. See `docs/security.md`.
+//!
+//! [`Membership`] is the bounded table a node keeps; its verification, merge, epoch and
+//! learning-budget rules are documented on the type. [`Refresh`] is the machine that decides when the node fetches
 //! rosters and from whom (seeds, then random members), so no driver invents its own loop.
 
 mod decode;
+pub mod record;
 mod refresh;
 mod table;
 
+pub use record::{Attestation, NodeKey, RecordError, RecordFormatError, RecordSig};
 pub use refresh::{
     AnswerOutcome, Refresh, RefreshConfig, RefreshConfigError, RefreshEvent, RefreshStats,
     RefreshTimer, DEFAULT_MAX_REFRESH_IN_FLIGHT, DEFAULT_REFRESH_FANOUT,
     DEFAULT_REFRESH_FETCH_TIMEOUT, DEFAULT_REFRESH_INTERVAL, DEFAULT_REFRESH_JITTER,
     MAX_REFRESH_FANOUT, MAX_REFRESH_INTERVAL, MAX_REFRESH_IN_FLIGHT, MAX_REFRESH_SEEDS,
 };
-pub use table::{Membership, MergeReport};
+pub use table::{
+    ClaimRejection, LearnOutcome, Membership, MembershipMode, MembershipPolicy, MembershipStats,
+    MergeReport, PolicyError, DEFAULT_LEARN_INTERVAL, DEFAULT_MAX_CHECKS_PER_SOURCE,
+    DEFAULT_MAX_NEW_PER_SOURCE, MAX_LEARN_INTERVAL, MAX_LEARN_SOURCES, MIN_VERIFY_BATCH,
+    VERIFY_CACHE_CAPACITY,
+};
 
+use serde::ser::SerializeStruct;
 use serde::Serialize;
 
 use crate::wire;
@@ -99,12 +114,23 @@ pub struct Roster {
     /// [`NO_EPOCH`] (0) when the sender has none.
     #[serde(serialize_with = "epoch_string")]
     pub epoch: u64,
+    /// The cluster authority's signature over `epoch` ([`record::sign_epoch`]), as
+    /// `"epoch_sig"` (128 hex digits; absent when `None`). Only a signed epoch is adopted by
+    /// a node that names the authority; see [`Membership`]. A value that is not 128 hex
+    /// digits is read as `None`.
+    #[serde(
+        serialize_with = "epoch_sig_hex",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub epoch_sig: Option<[u8; 64]>,
     /// Known members, including the sender itself.
     pub members: Vec<RosterMember>,
 }
 
-/// One member: its stable id, the address it advertises, and its placement weight.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One member: its stable id, the address it advertises, its placement weight and, when
+/// signed, its record (written as `seq`, `key`, `sig` beside the other fields, which a
+/// reference peer ignores).
+#[derive(Clone, Debug, PartialEq)]
 pub struct RosterMember {
     /// Stable node id (what liveness and placement are keyed on; never the address, which
     /// pod-IP reuse can recycle to a different member).
@@ -113,6 +139,45 @@ pub struct RosterMember {
     pub addr: String,
     /// Relative placement weight (rendezvous hashing); finite and non-negative.
     pub weight: f64,
+    /// The member's signed record as received or held ([`Attestation::Unsigned`] for a
+    /// reference peer or a member we only know unverified). Only
+    /// [`Attestation::Signed`] is written.
+    pub record: Attestation,
+}
+
+impl RosterMember {
+    /// An unsigned member.
+    pub fn new(id: impl Into<String>, addr: impl Into<String>, weight: f64) -> RosterMember {
+        RosterMember {
+            id: id.into(),
+            addr: addr.into(),
+            weight,
+            record: Attestation::Unsigned,
+        }
+    }
+}
+
+impl Serialize for RosterMember {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let record = self.record.record();
+        let mut st = s.serialize_struct("RosterMember", if record.is_some() { 6 } else { 3 })?;
+        st.serialize_field("id", &self.id)?;
+        st.serialize_field("addr", &self.addr)?;
+        st.serialize_field("weight", &self.weight)?;
+        if let Some(r) = record {
+            st.serialize_field("seq", &r.seq.to_string())?;
+            st.serialize_field("key", &record::hex(&r.key))?;
+            st.serialize_field("sig", &record::hex(&r.sig))?;
+        }
+        st.end()
+    }
+}
+
+fn epoch_sig_hex<S: serde::Serializer>(sig: &Option<[u8; 64]>, s: S) -> Result<S::Ok, S::Error> {
+    match sig {
+        Some(sig) => s.serialize_str(&record::hex(sig)),
+        None => s.serialize_none(),
+    }
 }
 
 /// What was wrong with a roster body we received. The remote peer's fault: the client
@@ -300,17 +365,28 @@ impl Roster {
         let mut members = Vec::with_capacity(raw.members.len());
         for (index, m) in raw.members.into_iter().enumerate() {
             let missing = |field| RosterDecodeError::MissingMemberField { index, field };
+            let record =
+                Attestation::from_fields(m.seq.as_deref(), m.key.as_deref(), m.sig.as_deref());
             let member = RosterMember {
                 id: m.id.ok_or_else(|| missing("id"))?,
                 addr: m.addr.ok_or_else(|| missing("addr"))?,
                 weight: m.weight.ok_or_else(|| missing("weight"))?,
+                record,
             };
             member
                 .check()
                 .map_err(|problem| RosterDecodeError::Member { index, problem })?;
             members.push(member);
         }
-        Ok(Roster { epoch, members })
+        let epoch_sig = raw
+            .epoch_sig
+            .as_deref()
+            .and_then(|t| record::unhex::<64>(t.as_bytes()));
+        Ok(Roster {
+            epoch,
+            epoch_sig,
+            members,
+        })
     }
 
     /// Checks member count and every member of a roster this node is about to send.
@@ -359,11 +435,8 @@ impl Roster {
         if self.contains(id) || self.members.len() >= MAX_ROSTER_MEMBERS {
             return false;
         }
-        self.members.push(RosterMember {
-            id: id.to_owned(),
-            addr: addr.to_owned(),
-            weight: DEFAULT_WEIGHT,
-        });
+        self.members
+            .push(RosterMember::new(id, addr, DEFAULT_WEIGHT));
         true
     }
 }
@@ -394,6 +467,7 @@ mod tests {
             id: id.into(),
             addr: addr.into(),
             weight: 1.0,
+            record: Default::default(),
         }
     }
 
@@ -402,6 +476,7 @@ mod tests {
         let r = Roster {
             epoch: 42,
             members: vec![member("a", "10.0.0.1:1"), member("b", "10.0.0.2:1")],
+            epoch_sig: None,
         };
         let json = r.to_json();
         assert_eq!(Roster::from_json(&json).unwrap(), r);
@@ -412,6 +487,7 @@ mod tests {
         let r = Roster {
             epoch: (1u64 << 53) + 1,
             members: vec![],
+            epoch_sig: None,
         };
         let json = String::from_utf8(r.to_json()).unwrap();
         assert!(json.contains("\"epoch\":\"9007199254740993\""), "{json}");
@@ -422,6 +498,7 @@ mod tests {
         let max = Roster {
             epoch: u64::MAX,
             members: vec![],
+            epoch_sig: None,
         };
         assert_eq!(Roster::from_json(&max.to_json()).unwrap().epoch, u64::MAX);
         // As a JSON number through a double it would not survive: the control.
@@ -478,6 +555,7 @@ mod tests {
         let r = Roster {
             epoch: 1,
             members: vec![member("a", "h:1")],
+            epoch_sig: None,
         };
         let json = String::from_utf8(r.to_json()).unwrap();
         assert!(!json.contains("state"), "{json}");
@@ -553,6 +631,7 @@ mod tests {
     fn too_many_members_rejected() {
         let r = Roster {
             epoch: 1,
+            epoch_sig: None,
             members: (0..=MAX_ROSTER_MEMBERS)
                 .map(|i| member(&i.to_string(), "h:1"))
                 .collect(),
@@ -578,6 +657,7 @@ mod tests {
         let r = Roster {
             epoch: 1,
             members: vec![member("a", "h:1"), member("b", "")],
+            epoch_sig: None,
         };
         assert_eq!(
             r.check(),
@@ -594,11 +674,13 @@ mod tests {
         let addr = "a".repeat(MAX_ADDR_LEN);
         let r = Roster {
             epoch: u64::MAX,
+            epoch_sig: None,
             members: (0..MAX_ROSTER_MEMBERS)
                 .map(|_| RosterMember {
                     id: id.clone(),
                     addr: addr.clone(),
                     weight: f64::MAX,
+                    record: Default::default(),
                 })
                 .collect(),
         };
@@ -620,11 +702,8 @@ mod tests {
             r,
             Roster {
                 epoch: 7,
-                members: vec![RosterMember {
-                    id: "n1".into(),
-                    addr: "127.0.0.1:7070".into(),
-                    weight: 1.0,
-                }],
+                members: vec![RosterMember::new("n1", "127.0.0.1:7070", 1.0)],
+                epoch_sig: None,
             }
         );
     }
@@ -747,6 +826,7 @@ mod tests {
             Roster {
                 epoch: 7,
                 members: vec![member("n1", "127.0.0.1:7070")],
+                epoch_sig: None,
             }
             .to_json(),
         )
@@ -762,6 +842,7 @@ mod tests {
         let mut r = Roster {
             epoch: 1,
             members: vec![member("other", "h:2")],
+            epoch_sig: None,
         };
         assert!(r.ensure_member("resp", "h:1"));
         assert!(r.contains("resp"));

@@ -351,7 +351,8 @@ struct Target {
 /// - **Never ourselves, never twice.** An address equal to this node's own
 ///   ([`Membership::me`]) is never asked (a seed list shared by the cluster lists every
 ///   node), nor a member with our id, nor an address whose fetch is still in flight.
-/// - **Answers.** A roster answer is merged with [`Membership::merge`], credited first-hand
+/// - **Answers.** A roster answer is merged with [`Membership::merge_from`] (the fetched
+///   address as the learning source), credited first-hand
 ///   to the responder's `X-DART-Node` id (an answer without one is all hearsay); a member
 ///   learned this way is a target of later rounds. Any ending clears the address's
 ///   in-flight mark. Discovery bypasses breaker admission (there is no other source of
@@ -522,7 +523,7 @@ impl Refresh {
                 // a responder id credits nobody first-hand: all of it is hearsay.
                 let responder = answer.responder.as_deref().unwrap_or("");
                 self.stats.merged += 1;
-                AnswerOutcome::Merged(membership.merge(now, responder, &answer.roster))
+                AnswerOutcome::Merged(membership.merge_from(now, addr, responder, &answer.roster))
             }
             _ => {
                 self.stats.failed += 1;

@@ -14,6 +14,7 @@ use crate::http::{
     MAX_REQUEST_HEAD_BYTES,
 };
 use crate::refusal::{self, Refusal};
+use crate::roster::record::MAX_RECORD_HEADER_LEN;
 use crate::roster::{check_identity, Roster, MAX_ADDR_LEN, MAX_ID_LEN};
 use crate::time::{Deadline, Duration, Instant};
 use crate::transmit::{Close, External, Transmit};
@@ -195,6 +196,13 @@ pub struct RosterCaller {
     pub id: String,
     /// `X-DART-Peer-Addr`: the advertised address, never the connection's source.
     pub addr: String,
+    /// `X-Peerblock-Record`, raw (at most
+    /// [`MAX_RECORD_HEADER_LEN`](crate::roster::record::MAX_RECORD_HEADER_LEN) bytes are
+    /// kept; a longer value is kept cut, and reads as malformed): the caller's signed
+    /// record, `None` when absent. Read it with
+    /// [`Attestation::from_header`](crate::roster::Attestation::from_header); the table
+    /// verifies it ([`Membership::learn_caller`](crate::roster::Membership::learn_caller)).
+    pub record: Option<Vec<u8>>,
 }
 
 /// Why a peer's request was answered with an error status: the peer's fault, reported in
@@ -247,7 +255,7 @@ pub enum ServerEvent {
         /// What to fetch, with the relayed hop.
         request: SourceRequest,
     },
-    /// A roster request: if `caller` is present, learn it (`Membership::learn`); answer
+    /// A roster request: if `caller` is present, learn it (`Membership::learn_caller`, with its record); answer
     /// with [`ServerConnection::handle_roster`]. `None` is an anonymous caller, which
     /// teaches nothing.
     Roster {
@@ -1407,9 +1415,13 @@ fn roster_caller(request: &Request) -> Option<RosterCaller> {
     let id = core::str::from_utf8(request.node()?).ok()?;
     let addr = core::str::from_utf8(request.peer_addr()?).ok()?;
     check_identity(id, addr).ok()?;
+    let record = request
+        .record()
+        .map(|r| r[..r.len().min(MAX_RECORD_HEADER_LEN + 1)].to_vec());
     Some(RosterCaller {
         id: id.to_owned(),
         addr: addr.to_owned(),
+        record,
     })
 }
 

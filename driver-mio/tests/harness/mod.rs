@@ -156,7 +156,11 @@ impl TestClient for MioClient {
     }
 
     fn roster(&self, addr: &str, caller: Option<(&str, &str)>) -> Fetched {
-        let caller = caller.map(|(id, addr)| Caller { id, addr });
+        let caller = caller.map(|(id, addr)| Caller {
+            id,
+            addr,
+            record: None,
+        });
         self.client.fetch_roster(addr, None, caller)
     }
 

@@ -68,9 +68,10 @@ impl Node {
         let host = 2 + NEXT.fetch_add(1, Ordering::Relaxed) % 250;
         let listen = format!("127.0.0.{host}:0");
         let mut cmd = Command::new(BIN);
+        // No `--id`: the node's id is the one its key (created in the store) certifies, and
+        // its record is signed, as a node runs by default.
         cmd.args(["serve", "--listen", &listen, "--store"])
-            .arg(store)
-            .args(["--id", &format!("node-{}", store.display())]);
+            .arg(store);
         for seed in seeds {
             cmd.args(["--seed", seed]);
         }

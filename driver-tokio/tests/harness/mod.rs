@@ -181,7 +181,11 @@ impl TestClient for TokioClient {
     }
 
     fn roster(&self, addr: &str, caller: Option<(&str, &str)>) -> Fetched {
-        let caller = caller.map(|(id, addr)| Caller { id, addr });
+        let caller = caller.map(|(id, addr)| Caller {
+            id,
+            addr,
+            record: None,
+        });
         self.rt()
             .block_on(self.client.fetch_roster(addr, None, caller))
     }

@@ -743,6 +743,7 @@ fn membership_of_srv() -> SharedMembership {
         id: "srv".into(),
         addr: "srv.test:7070".into(),
         weight: 1.0,
+        record: Default::default(),
     };
     Arc::new(Mutex::new(Membership::new(me, 7, 16).expect("membership")))
 }

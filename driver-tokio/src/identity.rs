@@ -1,0 +1,121 @@
+//! The node's identity on disk: its Ed25519 key file and the sequence number of its
+//! signed record (docs/security.md, key management).
+//!
+//! - **Key file**: 64 hex digits (the secret seed) and a newline, created on first start
+//!   with owner-only permissions (0600, created exclusively, so two nodes starting on one
+//!   store cannot both write it). A key file readable by group or others is refused, as
+//!   ssh refuses one. The seed is drawn from the operating system's randomness
+//!   (`getrandom`), never from core.
+//! - **Sequence file** (`KEYFILE.seq`): the last sequence number this node signed. Each
+//!   start signs with `max(last + 1, seconds since the Unix epoch)`, so the record a
+//!   restarted node announces always replaces the one before, even if the sequence file
+//!   was lost (as long as the clock did not go back further than the downtime).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use peerblock_core::roster::record::unhex;
+use peerblock_core::roster::NodeKey;
+
+use crate::node::NodeError;
+
+/// The default key file's name inside the store directory.
+pub const DEFAULT_KEY_FILE: &str = "node.key";
+
+fn io(what: &'static str, path: &Path, source: std::io::Error) -> NodeError {
+    NodeError::Io {
+        what,
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Reads the key at `path`, or creates it (owner-only) if the file does not exist.
+/// Returns the key and whether it was created.
+pub fn load_or_create_key(path: &Path) -> Result<(NodeKey, bool), NodeError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((parse_key_file(path, &text)?, false)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed).map_err(|e| {
+                NodeError::Failed(format!("cannot draw a key from the OS randomness: {e}"))
+            })?;
+            let key = NodeKey::from_seed(&seed);
+            write_new(path, format!("{}\n", hex(&key.seed())).as_bytes())?;
+            Ok((key, true))
+        }
+        Err(e) => Err(io("cannot read key file", path, e)),
+    }
+}
+
+fn parse_key_file(path: &Path, text: &str) -> Result<NodeKey, NodeError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map_err(|e| io("cannot read key file", path, e))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(NodeError::Failed(format!(
+                "key file {} is readable by others (mode {:o}): chmod 600 it",
+                path.display(),
+                mode & 0o777
+            )));
+        }
+    }
+    let seed = unhex::<32>(text.trim().as_bytes()).ok_or_else(|| {
+        NodeError::Failed(format!(
+            "key file {} does not hold 64 hex digits",
+            path.display()
+        ))
+    })?;
+    Ok(NodeKey::from_seed(&seed))
+}
+
+/// Creates `path` exclusively with owner-only permissions and writes `bytes`.
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), NodeError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut f = options
+        .open(path)
+        .map_err(|e| io("cannot create key file", path, e))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| io("cannot write key file", path, e))
+}
+
+/// The sequence file beside a key file.
+pub fn seq_path(key_file: &Path) -> PathBuf {
+    let mut name = key_file.as_os_str().to_owned();
+    name.push(".seq");
+    PathBuf::from(name)
+}
+
+/// The next sequence number to sign with (see the module docs), recorded in the sequence
+/// file before it is returned.
+pub fn next_seq(key_file: &Path) -> Result<u64, NodeError> {
+    let path = seq_path(key_file);
+    let last = match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse::<u64>().unwrap_or(0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(io("cannot read sequence file", &path, e)),
+    };
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let seq = last.saturating_add(1).max(clock);
+    std::fs::write(&path, format!("{seq}\n"))
+        .map_err(|e| io("cannot write sequence file", &path, e))?;
+    Ok(seq)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    peerblock_core::roster::record::hex(bytes)
+}
