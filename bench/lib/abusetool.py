@@ -242,8 +242,8 @@ async def slowloris(args):
         await asyncio.sleep(random.random() * args.interval)
         while not stop.is_set():
             try:
-                r, w = await open_from(args.host, args.port, src)
-            except OSError:
+                r, w = await asyncio.wait_for(open_from(args.host, args.port, src), 10)
+            except (OSError, asyncio.TimeoutError):
                 await asyncio.sleep(args.interval)
                 continue
             stats["opened"] += 1
@@ -264,6 +264,9 @@ async def slowloris(args):
             except (ConnectionError, OSError):
                 stats["closed_by_node"] += 1
             w.close()
+            # Reconnect after one interval, as a dribbler paces itself (a tight reconnect
+            # loop would measure this tool's own CPU, not the node).
+            await asyncio.sleep(args.interval)
 
     async def honest_run(n):
         lat, bad = [], {}
