@@ -328,7 +328,16 @@ impl FileStore {
     pub fn open_block(&self, path: &BlockPath) -> Opened {
         self.lookups.fetch_add(1, Ordering::Relaxed);
         let file = self.file_of(path);
-        let opened = File::open(&file).and_then(|f| Ok((f.metadata()?.len(), f)));
+        let opened = File::open(&file).and_then(|f| {
+            let meta = f.metadata()?;
+            // A directory (or any non-regular file) opens on Linux and has a length, but
+            // sendfile cannot send it: answered 500 here rather than a 200 head whose body
+            // never comes.
+            if !meta.is_file() {
+                return Err(io::Error::other("not a regular file"));
+            }
+            Ok((meta.len(), f))
+        });
         match opened {
             Ok((len, f)) if len <= self.max_block_size => Opened::File(OpenBlock { file: f, len }),
             Ok((len, _)) => {

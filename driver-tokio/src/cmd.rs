@@ -633,7 +633,13 @@ async fn read_blocks(
     plan: &FetchPlan,
     manifest: Arc<Manifest>,
 ) -> Result<(), NodeError> {
-    let part = plan.output.with_extension("part");
+    // `.NAME.part` beside the output: never the output's own name (`with_extension`
+    // gave `copy.part` for `-o copy.part`, a partial file at the final name, and one
+    // temporary name for `-o x.bin` and `-o x.iso`).
+    let mut hidden = std::ffi::OsString::from(".");
+    hidden.push(plan.output.file_name().unwrap_or_default());
+    hidden.push(".part");
+    let part = plan.output.with_file_name(hidden);
     let file =
         std::fs::File::create(&part).map_err(|e| io_err("cannot create", part.display(), e))?;
     file.set_len(manifest.size)
