@@ -648,7 +648,9 @@ impl ServerConn {
                     return Turn::End;
                 }
             }
-            if self.machine.is_finished() && self.out.is_none() {
+            // Finished with a transmit still unwritten happens only when core gave up on
+            // it (its send-progress deadline passed): the connection ends here too.
+            if self.machine.is_finished() {
                 tracing::debug!(peer = %self.peer, "connection finished");
                 return Turn::End;
             }

@@ -470,7 +470,10 @@ impl Conn {
             if let Err(e) = self.write(now) {
                 return Ended::Io(e);
             }
-            if self.machine.is_finished() && self.out.is_none() {
+            // Finished with a transmit still unwritten happens only when core gave up on
+            // it (its send-progress deadline passed): the connection ends here too,
+            // whatever is left unwritten.
+            if self.machine.is_finished() {
                 return Ended::Finished;
             }
             let current = *phase.borrow();

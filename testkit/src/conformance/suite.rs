@@ -87,6 +87,7 @@ macro_rules! conformance_suite {
             an_idle_connection_is_closed_after_the_idle_timeout,
             graceful_shutdown_finishes_an_inflight_response_then_refuses_connects,
             shutdown_closes_connections_still_busy_after_the_grace_period,
+            a_client_that_never_reads_is_cut_at_the_send_timeout,
             the_roster_is_answered_from_the_membership_and_its_caller_is_learned,
             without_a_membership_the_roster_is_this_node_alone,
             client_round_trip_gives_the_exact_bytes,
@@ -736,6 +737,40 @@ pub fn shutdown_closes_connections_still_busy_after_the_grace_period(d: &dyn Dri
     assert!(text.contains("peerblock_sessions_open 0"), "{text}");
     assert!(text.contains("peerblock_inflight_bytes 0"), "{text}");
     drop(c);
+}
+
+/// A client that sends a request and never reads its (large) response is cut at the
+/// server's `send_timeout`: its session, request slot and in-flight bytes come back,
+/// though the response was never fully written.
+pub fn a_client_that_never_reads_is_cut_at_the_send_timeout(d: &dyn Driver) {
+    let p = path(15, 0);
+    let (_dir, store) = store_with("never-reads", &[(p, block_for(&p, 8 * 1024 * 1024))]);
+    let server = node(d, &store, |s| {
+        s.config.send_timeout = Duration::from_millis(500);
+    });
+    let metrics = server.metrics();
+    let mut c = Raw::connect_with(Ipv4Addr::LOCALHOST, server.addr(), Some(4096));
+    c.send(get_head(&p).as_bytes());
+    sessions_become(&*server, 1);
+    let started = Instant::now();
+    // Never read: the 8 MiB response fills the socket buffers and stops.
+    sessions_become(&*server, 0);
+    let took = started.elapsed();
+    println!(
+        "{}: a client that never reads was cut after {took:?}",
+        d.name()
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        server.wait_until(
+            &mut |s| s.metrics().render().contains("peerblock_inflight_bytes 0"),
+            WAIT
+        ),
+        "in-flight bytes released: {}",
+        metrics.render()
+    );
+    drop(c);
+    server.shutdown(Duration::from_secs(1));
 }
 
 fn membership_of_srv() -> SharedMembership {
