@@ -1,17 +1,19 @@
-//! The reader (core's `Read` over the tokio client) against canned loopback holders: one
-//! rule per test.
-
-#[path = "common/canned.rs"]
-mod canned;
+//! The reader (core's `Read` over the tokio client) against canned loopback holders
+//! (`peerblock_testkit::conformance::canned`): one rule per test.
+//!
+//! Only what the driver conformance suite (run on this driver by `conformance.rs`) does
+//! not check: a read through `PlacementDiscovery` over a membership (the suite's reads
+//! are given their candidates), the silent hedge loser charged within 600 ms, and the
+//! reader's construction and type checks. The other reader rules are conformance rules.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
-use canned::Reply;
 use peerblock_core::placement::{Key, PeerId};
 use peerblock_core::read::{LookupPeer, ReadConfig, ReadOutcome};
 use peerblock_core::roster::{Membership, RosterMember};
 use peerblock_core::time::Clock;
+use peerblock_testkit::conformance::canned::{self, Reply};
 use peerblock_tokio::client::{Client, ClientOptions, Peer};
 use peerblock_tokio::metrics::Metrics;
 use peerblock_tokio::reader::{BlockSpec, Candidate, FixedDiscovery, PlacementDiscovery, Reader};
@@ -51,64 +53,16 @@ fn fixed(addrs: &[&str]) -> Arc<FixedDiscovery> {
     ))
 }
 
+/// Through `PlacementDiscovery` over a roster of one dead (closed port) and one live
+/// holder, every read completes from the live one, and the dead one is routed around
+/// after the read that asked it first. (The conformance rule
+/// `a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one` checks the
+/// same with fixed candidates.)
 #[tokio::test]
-async fn a_read_whose_only_holder_refuses_once_completes_after_the_cooldown() {
+async fn a_placement_read_with_one_dead_and_one_live_holder_completes_from_the_live_one() {
     tokio::time::timeout(BOUND, async {
-        let server = canned::serve(|_, r, _| match r {
-            0 => Reply::BytesThenClose(canned::refusal(1)),
-            _ => Reply::Bytes(canned::ok(b"the block")),
-        })
-        .await;
-        let reader =
-            Reader::new(client(), fixed(&[&server.addr]), ReadConfig::default(), 7).unwrap();
-        let got = reader.read(spec(b"the block")).await;
-        println!(
-            "refused once, then: {:?} after {:?} ({:?})",
-            got.outcome, got.elapsed, got.stats
-        );
-        assert_eq!(
-            got.outcome,
-            ReadOutcome::Found(b"the block".as_ref().into())
-        );
-        assert!(got.stats.refusal_waits >= 1, "{:?}", got.stats);
-        assert!(
-            got.elapsed >= StdDuration::from_millis(900),
-            "waited out the 1 s Retry-After"
-        );
-        assert_eq!(got.served_by.unwrap().addr, server.addr);
-        assert_eq!(server.stats.accepts(), 2);
-    })
-    .await
-    .expect("test bound");
-}
-
-#[tokio::test]
-async fn a_read_whose_holders_always_refuse_ends_busy_never_absent() {
-    tokio::time::timeout(BOUND, async {
-        let a = canned::serve(|_, _, _| Reply::BytesThenClose(canned::refusal(1))).await;
-        let b = canned::serve(|_, _, _| Reply::BytesThenClose(canned::refusal(1))).await;
-        let config = ReadConfig {
-            max_refusal_waits: 1,
-            ..ReadConfig::default()
-        };
-        let reader = Reader::new(client(), fixed(&[&a.addr, &b.addr]), config, 7).unwrap();
-        let got = reader.read(spec(b"the block")).await;
-        println!(
-            "always refused: {:?} after {:?} ({:?})",
-            got.outcome, got.elapsed, got.stats
-        );
-        assert_eq!(got.outcome, ReadOutcome::Busy);
-        assert!(got.served_by.is_none());
-    })
-    .await
-    .expect("test bound");
-}
-
-#[tokio::test]
-async fn a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one() {
-    tokio::time::timeout(BOUND, async {
-        let live = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"live block"))).await;
-        let dead = canned::closed_port().await;
+        let live = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"live block")));
+        let dead = canned::closed_port();
         // Placement over a roster: the node itself (an id that is not a placement id, so
         // it holds nothing) and two members with placement ids.
         let me = RosterMember {
@@ -167,14 +121,18 @@ async fn a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one() 
 /// be cut at the client's deadline and charged to it: had the cancellation counted as
 /// answered (the peer "responded"), the dead holder's circuit would never open and every
 /// read asking it first would pay the hedge delay for ever.
+///
+/// The conformance rule of the same name waits up to 5 s for the circuit to open; this
+/// one asks it open 600 ms after the read, so the 300 ms response-header deadline must be
+/// what cut the GET, not the 2 s request deadline.
 #[tokio::test]
 async fn a_silent_holder_that_loses_to_the_hedge_is_still_cut_at_its_deadline_and_charged() {
     use peerblock_core::breaker::{BreakerConfig, State};
     use peerblock_core::client::RequestTimeout;
     use peerblock_core::time::Duration;
     tokio::time::timeout(BOUND, async {
-        let live = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"live block"))).await;
-        let silent = canned::serve(|_, _, _| Reply::BytesThenHold(Vec::new())).await;
+        let live = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"live block")));
+        let silent = canned::serve(|_, _, _| Reply::BytesThenHold(Vec::new()));
         let mut options = ClientOptions::new(Clock::new(std::time::Instant::now()), Metrics::new());
         options.exchange.deadlines.dial = Duration::from_millis(500);
         options.exchange.deadlines.response_header = Duration::from_millis(300);

@@ -1,14 +1,13 @@
-//! The roster service (core's `roster::Refresh` on a task) against a canned roster server.
-
-#[path = "common/canned.rs"]
-mod canned;
+//! The roster service (core's `roster::Refresh` on a task) against a canned roster server
+//! (`peerblock_testkit::conformance::canned`). No conformance rule runs a roster service:
+//! the suite's roster rules are the server's answer and one client fetch.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
-use canned::Reply;
 use peerblock_core::roster::{Membership, RefreshConfig, RosterMember};
 use peerblock_core::time::{Clock, Duration};
+use peerblock_testkit::conformance::canned::{self, Reply};
 use peerblock_tokio::client::{Client, ClientOptions};
 use peerblock_tokio::metrics::Metrics;
 use peerblock_tokio::roster::RosterService;
@@ -25,8 +24,7 @@ async fn the_roster_service_learns_members_and_identifies_itself() {
             .into_bytes();
             v.extend_from_slice(body);
             Reply::Bytes(v)
-        })
-        .await;
+        });
         let metrics = Metrics::new();
         let client = Client::new(ClientOptions::new(
             Clock::new(std::time::Instant::now()),
