@@ -30,6 +30,7 @@ use std::time::Duration;
 use peerblock_core::client::{
     ClientConfig, DeadlineError, Deadlines, ExchangeConfigError, RequestTimeout,
 };
+use peerblock_core::pace::PaceConfig;
 use peerblock_core::read::{ReadConfig, ReadConfigError};
 use peerblock_core::roster::{RefreshConfig, RefreshConfigError, MAX_ROSTER_MEMBERS};
 use peerblock_core::server::{
@@ -233,6 +234,14 @@ pub struct ListenerConfig {
     /// How block bodies reach the socket (default `buffered`; `sendfile` is the mio
     /// driver's zero-copy path and needs `serve --driver mio`).
     pub body_path: BodyPathKey,
+    /// The node's upload budget, bytes per second, shared by all its connections (a
+    /// token bucket, core's `pace`, with 50 ms of burst); `0` (the default) = no limit.
+    /// Otherwise at least core's `pace::MIN_RATE`. Tokio driver only.
+    pub upload_bytes_per_second: u64,
+    /// A ceiling on each connection's upload, bytes per second (its own bucket, on top of
+    /// the node's); `0` (the default) = none. Otherwise at least `pace::MIN_RATE`. Tokio
+    /// driver only.
+    pub connection_upload_bytes_per_second: u64,
 }
 
 /// `[listener] body_path`: how a `200`'s block body is written.
@@ -268,6 +277,8 @@ impl Default for ListenerConfig {
             max_hop: RelayConfig::default().max_hop,
             block_cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             body_path: BodyPathKey::Buffered,
+            upload_bytes_per_second: 0,
+            connection_upload_bytes_per_second: 0,
         }
     }
 }
@@ -479,6 +490,22 @@ impl NodeConfig {
                 "is zero: every relay would be declined (set `relay = false` to disable relaying)",
             ));
         }
+        for (key, rate) in [
+            (
+                "listener.upload_bytes_per_second",
+                self.listener.upload_bytes_per_second,
+            ),
+            (
+                "listener.connection_upload_bytes_per_second",
+                self.listener.connection_upload_bytes_per_second,
+            ),
+        ] {
+            if rate != 0 {
+                PaceConfig::with_rate(rate)
+                    .validate()
+                    .map_err(|e| ConfigError::invalid(key, format!("{e}: set 0 for no limit")))?;
+            }
+        }
         self.client_config()
             .validate()
             .map_err(|e| ConfigError::invalid(client_key(&e), e))?;
@@ -536,6 +563,16 @@ impl NodeConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The upload pacing of `[listener]`: the node's shared bucket and the per-connection
+    /// ceiling, each `None` when off.
+    pub fn upload_pacing(&self) -> (Option<PaceConfig>, Option<PaceConfig>) {
+        let on = |rate: u64| (rate != 0).then(|| PaceConfig::with_rate(rate));
+        (
+            on(self.listener.upload_bytes_per_second),
+            on(self.listener.connection_upload_bytes_per_second),
+        )
     }
 
     /// Core's admission limits, from `[listener]`.

@@ -600,7 +600,10 @@ mod tests {
         let b = e.insert(entry());
         assert_eq!(a.index, b.index, "the slot is reused");
         assert_ne!(a.gen, b.gen);
-        assert!(e.take(a).is_none(), "an answer for the ended entry is dropped");
+        assert!(
+            e.take(a).is_none(),
+            "an answer for the ended entry is dropped"
+        );
         assert!(e.take(b).is_some());
     }
 
@@ -656,7 +659,11 @@ mod tests {
             .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
             .collect();
         ran.sort_unstable();
-        assert_eq!(ran, vec![0, 1], "each task ran on the worker it was posted to");
+        assert_eq!(
+            ran,
+            vec![0, 1],
+            "each task ran on the worker it was posted to"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::config::{BodyPathKey, NodeConfig};
 use crate::manifest::{self, Manifest};
 use crate::metrics::{serve_metrics, Metrics};
 use crate::node::{DriverKind, FetchPlan, GetPlan, NodeError, ServePlan};
+use crate::pace::UploadPacing;
 use crate::progress::Progress;
 use crate::reader::{BlockSpec, PlacementDiscovery, Reader};
 use crate::relay::RelaySource;
@@ -280,6 +281,13 @@ impl RunningNode {
         options.admission = config.admission();
         options.membership = Some(parts.membership);
         options.metrics = parts.metrics;
+        let (node_pace, conn_pace) = config.upload_pacing();
+        options.pacing = UploadPacing::new(
+            node_pace,
+            conn_pace,
+            parts.clock.to_core(std::time::Instant::now()),
+        )
+        .map_err(|e| NodeError::Failed(format!("upload pacing: {e}")))?;
         let listener = listener
             .set_nonblocking(true)
             .and_then(|()| TcpListener::from_std(listener))

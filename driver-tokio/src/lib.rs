@@ -15,6 +15,7 @@
 //! | [`relay`] | – | the relay-capable source: fetch on behalf from a parent or the origin, cache |
 //! | [`manifest`] | – | content addressing: import, manifests, block validation (re-exported from `peerblock-common`) |
 //! | [`node`] | – | the `peerblock-node` command line, its validation and its commands |
+//! | [`pace`] | `pace::TokenBucket` (node-wide and per connection) | upload pacing of the server's writes |
 //! | [`progress`] | – | progress of `import` and `fetch`: a bar on a terminal, lines otherwise |
 //! | [`config`] | – | the node's TOML configuration (re-exported from `peerblock-common`) |
 //! | [`metrics`] | – | the Prometheus metrics (kept in `peerblock-common`) and their admin endpoint |
@@ -29,6 +30,7 @@ pub use peerblock_common::{config, manifest};
 mod cmd;
 pub mod metrics;
 pub mod node;
+pub mod pace;
 pub mod progress;
 pub mod reader;
 pub mod relay;

@@ -358,6 +358,26 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
             "\"sendfile\" is the mio driver's zero-copy path: add --driver mio".to_owned(),
         ));
     }
+    if args.driver == DriverKind::Mio {
+        for (key, rate) in [
+            (
+                "listener.upload_bytes_per_second",
+                config.listener.upload_bytes_per_second,
+            ),
+            (
+                "listener.connection_upload_bytes_per_second",
+                config.listener.connection_upload_bytes_per_second,
+            ),
+        ] {
+            if rate != 0 {
+                return Err(NodeError::usage(
+                    key,
+                    "upload pacing is implemented in the tokio driver only: use --driver tokio or set 0"
+                        .to_owned(),
+                ));
+            }
+        }
+    }
     if args.threads.is_some() && args.driver != DriverKind::Mio {
         return Err(NodeError::usage(
             "--threads",

@@ -44,6 +44,7 @@ use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio::time::Sleep;
 
 use crate::metrics::Metrics;
+use crate::pace::{ConnPace, UploadPacing};
 use crate::source::{BlockFuture, BlockSource};
 use crate::SharedMembership;
 
@@ -77,6 +78,9 @@ pub struct ServerOptions {
     pub clock: Clock,
     /// The node's metrics (shared with its other parts).
     pub metrics: Metrics,
+    /// Upload pacing of response writes (default off; `[listener]
+    /// upload_bytes_per_second`, `crate::pace`).
+    pub pacing: UploadPacing,
 }
 
 impl ServerOptions {
@@ -89,6 +93,7 @@ impl ServerOptions {
             source,
             clock,
             metrics: Metrics::new(),
+            pacing: UploadPacing::off(),
         }
     }
 }
@@ -100,6 +105,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("admission", &self.admission)
             .field("membership", &self.membership.is_some())
             .field("clock", &self.clock)
+            .field("pacing", &self.pacing)
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +153,7 @@ struct Shared {
     clock: Clock,
     metrics: Metrics,
     refusals: Arc<Semaphore>,
+    pacing: UploadPacing,
     /// Woken whenever a connection is admitted, refused or closed
     /// ([`ServerHandle::wait_until`]).
     changed: tokio::sync::Notify,
@@ -212,6 +219,7 @@ impl Server {
                 clock: options.clock,
                 metrics: options.metrics,
                 refusals: Arc::new(Semaphore::new(MAX_REFUSAL_TASKS)),
+                pacing: options.pacing,
                 changed: tokio::sync::Notify::new(),
             }),
         })
@@ -380,6 +388,14 @@ fn on_accept(
     tokio::spawn(serve(conn, phase.clone(), done.clone()));
 }
 
+/// Waits for a connection's pacing timer (never, when it has none).
+async fn wait_paced(sleep: Option<Pin<&mut Sleep>>) {
+    match sleep {
+        Some(sleep) => sleep.await,
+        None => std::future::pending().await,
+    }
+}
+
 /// An admitted connection's task.
 async fn serve(mut conn: Conn, mut phase: watch::Receiver<Phase>, _done: mpsc::Sender<()>) {
     let ended = conn.run(&mut phase).await;
@@ -437,6 +453,8 @@ struct Conn {
     closed: bool,
     sleep: Pin<Box<Sleep>>,
     armed: Option<std::time::Instant>,
+    /// Upload pacing of this connection's writes (`None`: off).
+    pace: Option<ConnPace>,
 }
 
 impl Conn {
@@ -448,7 +466,6 @@ impl Conn {
         admitted: bool,
     ) -> Conn {
         Conn {
-            shared,
             stream,
             peer,
             machine,
@@ -460,6 +477,8 @@ impl Conn {
             closed: false,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed: None,
+            pace: shared.pacing.connection(shared.now()),
+            shared,
         }
     }
 
@@ -485,7 +504,8 @@ impl Conn {
                 }
             };
             let want_read = !self.eof && !draining && self.machine.read_buf().is_some();
-            let want_write = self.out.is_some();
+            let paced = self.pace.as_ref().is_some_and(|p| p.waiting);
+            let want_write = self.out.is_some() && !paced;
             self.arm_timer();
             let timer_armed = self.armed.is_some();
             let sourcing = !self.sources.is_empty();
@@ -493,13 +513,16 @@ impl Conn {
                 Io(io::Result<()>),
                 Source(Option<Result<(RequestId, SourceResult), JoinError>>),
                 Timer,
+                Paced,
                 Phase(bool),
             }
+            let pace_sleep = self.pace.as_mut().map(|p| p.sleep.as_mut());
             let wake = tokio::select! {
                 r = self.stream.readable(), if want_read => Wake::Io(r),
                 r = self.stream.writable(), if want_write => Wake::Io(r),
                 joined = self.sources.join_next(), if sourcing => Wake::Source(joined),
                 () = &mut self.sleep, if timer_armed => Wake::Timer,
+                () = wait_paced(pace_sleep), if paced => Wake::Paced,
                 r = phase.changed() => Wake::Phase(r.is_ok()),
             };
             match wake {
@@ -518,6 +541,11 @@ impl Conn {
                     self.armed = None;
                     let now = self.shared.now();
                     self.machine.handle_timeout(now);
+                }
+                Wake::Paced => {
+                    if let Some(p) = self.pace.as_mut() {
+                        p.waiting = false;
+                    }
                 }
                 Wake::Phase(true) => {}
                 // The handle was dropped: stop at once.
@@ -678,12 +706,29 @@ impl Conn {
             let body = &out.tx.body;
             let total = head.len() + body.len();
             if out.written < total {
+                // Paced: at most the grant (the rest waits for the pacing timer).
+                let allow = match self.pace.as_mut() {
+                    Some(p) => match p.grant(&self.shared.clock, now, total - out.written) {
+                        Some(n) => n,
+                        None => return Ok(()),
+                    },
+                    None => total - out.written,
+                };
+                let end = out.written + allow;
                 let written = if out.written < head.len() {
-                    let slices = [IoSlice::new(&head[out.written..]), IoSlice::new(body)];
+                    let slices = [
+                        IoSlice::new(&head[out.written..end.min(head.len())]),
+                        IoSlice::new(&body[..end.saturating_sub(head.len())]),
+                    ];
                     self.stream.try_write_vectored(&slices)
                 } else {
-                    self.stream.try_write(&body[out.written - head.len()..])
+                    self.stream
+                        .try_write(&body[out.written - head.len()..end - head.len()])
                 };
+                let taken = *written.as_ref().unwrap_or(&0);
+                if let Some(p) = self.pace.as_mut() {
+                    p.refund(allow - taken);
+                }
                 match written {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                     Ok(n) => out.written += n,
