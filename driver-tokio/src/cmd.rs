@@ -145,6 +145,12 @@ impl Stop {
     }
 }
 
+/// A future that resolves on SIGINT or SIGTERM, the handlers installed now.
+pub(crate) fn stop_signal() -> impl Future<Output = ()> {
+    let stop = Stop::install();
+    stop.wait()
+}
+
 /// `serve`: binds, prints `listening ADDR` on stdout, dials peers from the `--listen`
 /// address (unless it is unspecified), serves the store (relaying when
 /// `[listener] relay` is on), runs the roster service and the metrics endpoint, prints
