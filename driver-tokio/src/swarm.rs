@@ -180,7 +180,16 @@ pub fn scale_scenario(s: &Scenario, scale: f64) -> Result<Scaled, NodeError> {
     } else {
         0
     };
-    let mib = |m: u32| bytes(f64::from(m) * 1024.0 * 1024.0);
+    // The reference transport reserves a send window per response (`reserve_kib`), the
+    // real server the whole response: the budgets grow by block / window so they admit
+    // the same number of concurrent responses as the scenario's.
+    let window = match s.network.transport {
+        Transport::Multiplexed if s.listener.reserve_kib > 0 => {
+            (s.file.block_kib as f64 / s.listener.reserve_kib as f64).max(1.0)
+        }
+        _ => 1.0,
+    };
+    let mib = |m: u32| bytes(f64::from(m) * 1024.0 * 1024.0 * window);
     Ok(Scaled {
         rounds: ((f64::from(s.readers.rounds) * scale).round() as u32).max(1),
         block_len,
@@ -1246,6 +1255,14 @@ mod tests {
         assert_eq!(sc.max_inflight_bytes, 8 * 1024 * 1024);
         assert_eq!(sc.max_inflight_bytes_per_source, 2 * 1024 * 1024);
         assert_eq!(scale_scenario(&s, 1.0).unwrap().rounds, 6);
+        // A multiplexed scenario's per-response window: budgets × block / window.
+        let m = scenario(
+            "[network]\ntransport = \"multiplexed\"\n[listener]\nreserve_kib = 256\n\
+             [file]\nsize_mib = 50\nblock_kib = 4096\n",
+        );
+        let windowed = scale_scenario(&m, 0.125).unwrap();
+        assert_eq!(windowed.max_inflight_bytes, 16 * 8 * 1024 * 1024);
+        assert_eq!(windowed.max_inflight_bytes_per_source, 16 * 2 * 1024 * 1024);
         assert_eq!(scale_scenario(&s, 0.25).unwrap().rounds, 2);
         let text = node_config_text(&s, &sc);
         let config = NodeConfig::from_toml_str(&text).unwrap();
