@@ -242,6 +242,23 @@ pub struct ListenerConfig {
     /// the node's); `0` (the default) = none. Otherwise at least `pace::MIN_RATE`. Tokio
     /// driver only.
     pub connection_upload_bytes_per_second: u64,
+    /// What a full listener does (default `refuse`: the explicit 503 + `Retry-After`);
+    /// `silent` replays the reference's old transport for `peerblock-node swarm`. Tokio
+    /// driver only.
+    pub when_full: WhenFullKey,
+}
+
+/// `[listener] when_full`: how a full listener turns work away.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WhenFullKey {
+    /// Explicit refusal: `503` with the refusal header and `Retry-After` (peerblock).
+    #[default]
+    Refuse,
+    /// The reference's old transport, for replays: while every session is taken the
+    /// listener stops accepting (dials beyond its small accept queue get no answer), and a
+    /// request or connection that would be refused is closed without an answer.
+    Silent,
 }
 
 /// `[listener] body_path`: how a `200`'s block body is written.
@@ -279,6 +296,7 @@ impl Default for ListenerConfig {
             body_path: BodyPathKey::Buffered,
             upload_bytes_per_second: 0,
             connection_upload_bytes_per_second: 0,
+            when_full: WhenFullKey::Refuse,
         }
     }
 }

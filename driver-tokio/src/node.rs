@@ -420,6 +420,12 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
                 ));
             }
         }
+        if config.listener.when_full == crate::config::WhenFullKey::Silent {
+            return Err(NodeError::usage(
+                "listener.when_full",
+                "\"silent\" is implemented in the tokio driver only: use --driver tokio".to_owned(),
+            ));
+        }
     }
     if args.threads.is_some() && args.driver != DriverKind::Mio {
         return Err(NodeError::usage(

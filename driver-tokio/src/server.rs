@@ -81,6 +81,10 @@ pub struct ServerOptions {
     /// Upload pacing of response writes (default off; `[listener]
     /// upload_bytes_per_second`, `crate::pace`).
     pub pacing: UploadPacing,
+    /// `[listener] when_full = "silent"` (default false: refuse explicitly): the accept
+    /// loop pauses while every session is taken, and a refusal is never written (its
+    /// connection is closed instead). For replays of the reference transport only.
+    pub silent_when_full: bool,
 }
 
 impl ServerOptions {
@@ -94,6 +98,7 @@ impl ServerOptions {
             clock,
             metrics: Metrics::new(),
             pacing: UploadPacing::off(),
+            silent_when_full: false,
         }
     }
 }
@@ -154,6 +159,7 @@ struct Shared {
     metrics: Metrics,
     refusals: Arc<Semaphore>,
     pacing: UploadPacing,
+    silent_when_full: bool,
     /// Woken whenever a connection is admitted, refused or closed
     /// ([`ServerHandle::wait_until`]).
     changed: tokio::sync::Notify,
@@ -220,6 +226,7 @@ impl Server {
                 metrics: options.metrics,
                 refusals: Arc::new(Semaphore::new(MAX_REFUSAL_TASKS)),
                 pacing: options.pacing,
+                silent_when_full: options.silent_when_full,
                 changed: tokio::sync::Notify::new(),
             }),
         })
@@ -322,6 +329,9 @@ async fn accept_loop(
     done: mpsc::Sender<()>,
 ) {
     loop {
+        if shared.silent_when_full && !wait_for_a_free_session(&shared, &mut phase).await {
+            break;
+        }
         let accepted = tokio::select! {
             biased;
             _ = phase.changed() => break,
@@ -336,6 +346,27 @@ async fn accept_loop(
         }
     }
     tracing::debug!("accept loop ended: listener closed");
+}
+
+/// A silent listener accepts nothing while every session is taken (dials wait in the
+/// kernel's accept queue, then go unanswered). False when the server stops meanwhile.
+async fn wait_for_a_free_session(shared: &Shared, phase: &mut watch::Receiver<Phase>) -> bool {
+    loop {
+        // Created before the check, so a close between the check and the wait wakes it.
+        let changed = shared.changed.notified();
+        let full = {
+            let a = shared.admission();
+            a.sessions() >= a.config().max_sessions
+        };
+        if !full {
+            return true;
+        }
+        tokio::select! {
+            biased;
+            _ = phase.changed() => return false,
+            () = changed => {}
+        }
+    }
 }
 
 /// Admission at accept time: an admitted connection gets its task; a refused one the
@@ -702,6 +733,10 @@ impl Conn {
     /// next, until the socket would block or nothing is left.
     fn write(&mut self, mut now: Instant) -> io::Result<()> {
         while let Some(out) = &mut self.out {
+            if self.shared.silent_when_full && out.tx.refusal.is_some() {
+                // A silent listener never answers a refusal: the connection just closes.
+                return Err(io::Error::other("silent listener: refusal withheld"));
+            }
             let head = &out.tx.head;
             let body = &out.tx.body;
             let total = head.len() + body.len();

@@ -216,7 +216,8 @@ pub fn node_config_text(s: &Scenario, sc: &Scaled) -> String {
          idle_timeout = \"{}s\"\n\
          relay = false\n\
          upload_bytes_per_second = {}\n\
-         connection_upload_bytes_per_second = {}\n",
+         connection_upload_bytes_per_second = {}\n\
+         when_full = \"{}\"\n",
         l.max_sessions,
         l.max_sessions_per_source,
         l.max_requests,
@@ -227,6 +228,10 @@ pub fn node_config_text(s: &Scenario, sc: &Scaled) -> String {
         l.session_idle_secs,
         sc.upload_bytes_per_second,
         sc.connection_bytes_per_second,
+        match l.when_full {
+            WhenFull::Refuse => "refuse",
+            WhenFull::Silent => "silent",
+        },
         name = s.name,
     )
 }
@@ -855,7 +860,7 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
         note(quiet, "transport = \"multiplexed\" runs on peerblock's HTTP/1.1 (one request per connection at a time); max_channels and reserve_kib do not apply");
     }
     if s.listener.when_full == WhenFull::Silent {
-        note(quiet, "when_full = \"silent\": the real server refuses explicitly (503 + Retry-After); it has no silent mode");
+        note(quiet, "when_full = \"silent\": the nodes stop accepting while every session is taken (accept queue of 4, then dials go unanswered) and close a request they would refuse, without an answer");
     }
     let seed = plan.seed;
     let placement = s.cluster.placement_seed.unwrap_or(seed);

@@ -209,6 +209,16 @@ fn listener_upload_rates_are_off_by_default_and_refused_below_the_minimum_by_nam
 }
 
 #[test]
+fn listener_when_full_is_refuse_by_default_silent_on_request_and_nothing_else() {
+    use peerblock_tokio::config::WhenFullKey;
+    assert_eq!(parse("").unwrap().listener.when_full, WhenFullKey::Refuse);
+    let config = parse("[listener]\nwhen_full = \"silent\"\n").unwrap();
+    assert_eq!(config.listener.when_full, WhenFullKey::Silent);
+    let err = refused("[listener]\nwhen_full = \"drop\"\n");
+    assert!(err.contains("when_full"), "{err}");
+}
+
+#[test]
 fn client_read_and_roster_keys_reach_core_configs() {
     let config = parse(
         "[client]\ndial_timeout = \"2s\"\nmax_body = 1000\npool_idle_per_peer = 8\n\
