@@ -246,6 +246,10 @@ pub struct ListenerConfig {
     /// `silent` replays the reference's old transport for `peerblock-node swarm`. Tokio
     /// driver only.
     pub when_full: WhenFullKey,
+    /// With `when_full = "silent"`: the reference transport's channel table, counted as a
+    /// silent listener over HTTP/1.1 can (sessions + requests in progress at most this);
+    /// `0` (the default) = none. Replays only.
+    pub max_channels: usize,
 }
 
 /// `[listener] when_full`: how a full listener turns work away.
@@ -297,6 +301,7 @@ impl Default for ListenerConfig {
             upload_bytes_per_second: 0,
             connection_upload_bytes_per_second: 0,
             when_full: WhenFullKey::Refuse,
+            max_channels: 0,
         }
     }
 }
@@ -523,6 +528,12 @@ impl NodeConfig {
                     .validate()
                     .map_err(|e| ConfigError::invalid(key, format!("{e}: set 0 for no limit")))?;
             }
+        }
+        if self.listener.max_channels != 0 && self.listener.when_full != WhenFullKey::Silent {
+            return Err(ConfigError::invalid(
+                "listener.max_channels",
+                "applies only to a silent listener (when_full = \"silent\"): set 0 or add when_full = \"silent\"",
+            ));
         }
         self.client_config()
             .validate()

@@ -316,6 +316,8 @@ impl RunningNode {
         options.metrics = parts.metrics;
         let (node_pace, conn_pace) = config.upload_pacing();
         options.silent_when_full = config.listener.when_full == WhenFullKey::Silent;
+        options.silent_channels =
+            (config.listener.max_channels != 0).then_some(config.listener.max_channels);
         options.pacing = UploadPacing::new(
             node_pace,
             conn_pace,

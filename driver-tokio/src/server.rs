@@ -85,6 +85,10 @@ pub struct ServerOptions {
     /// loop pauses while every session is taken, and a refusal is never written (its
     /// connection is closed instead). For replays of the reference transport only.
     pub silent_when_full: bool,
+    /// With `silent_when_full`: the reference transport's channel table (`[listener]
+    /// max_channels`): sessions + requests in progress at most this; the accept loop
+    /// pauses at it and a request over it has its connection closed. `None`: no table.
+    pub silent_channels: Option<usize>,
 }
 
 impl ServerOptions {
@@ -99,6 +103,7 @@ impl ServerOptions {
             metrics: Metrics::new(),
             pacing: UploadPacing::off(),
             silent_when_full: false,
+            silent_channels: None,
         }
     }
 }
@@ -160,6 +165,7 @@ struct Shared {
     refusals: Arc<Semaphore>,
     pacing: UploadPacing,
     silent_when_full: bool,
+    silent_channels: Option<usize>,
     /// Woken whenever a connection is admitted, refused or closed
     /// ([`ServerHandle::wait_until`]).
     changed: tokio::sync::Notify,
@@ -227,6 +233,7 @@ impl Server {
                 refusals: Arc::new(Semaphore::new(MAX_REFUSAL_TASKS)),
                 pacing: options.pacing,
                 silent_when_full: options.silent_when_full,
+                silent_channels: options.silent_channels,
                 changed: tokio::sync::Notify::new(),
             }),
         })
@@ -357,6 +364,9 @@ async fn wait_for_a_free_session(shared: &Shared, phase: &mut watch::Receiver<Ph
         let full = {
             let a = shared.admission();
             a.sessions() >= a.config().max_sessions
+                || shared
+                    .silent_channels
+                    .is_some_and(|c| a.sessions() + a.requests() >= c)
         };
         if !full {
             return true;
@@ -486,6 +496,8 @@ struct Conn {
     armed: Option<std::time::Instant>,
     /// Upload pacing of this connection's writes (`None`: off).
     pace: Option<ConnPace>,
+    /// A silent listener's channel table had no room for a request: close.
+    silenced: bool,
 }
 
 impl Conn {
@@ -509,6 +521,7 @@ impl Conn {
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed: None,
             pace: shared.pacing.connection(shared.now()),
+            silenced: false,
             shared,
         }
     }
@@ -517,6 +530,11 @@ impl Conn {
         loop {
             let now = self.shared.now();
             self.pump(now);
+            if self.silenced {
+                return Ended::Io(io::Error::other(
+                    "silent listener: no channel for a request",
+                ));
+            }
             if let Err(e) = self.write(now) {
                 return Ended::Io(e);
             }
@@ -629,6 +647,14 @@ impl Conn {
     fn on_event(&mut self, now: Instant, event: ServerEvent) {
         match event {
             ServerEvent::Fetch { id, request } => {
+                if let Some(channels) = self.shared.silent_channels {
+                    let a = self.shared.admission();
+                    if a.sessions() + a.requests() > channels {
+                        // No channel for it: the silent listener closes the stream.
+                        self.silenced = true;
+                        return;
+                    }
+                }
                 tracing::trace!(peer = %self.peer, path = %request.path, "fetch");
                 let future = self.shared.source.fetch(&request);
                 self.ask(now, id, future);

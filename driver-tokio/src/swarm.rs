@@ -217,7 +217,8 @@ pub fn node_config_text(s: &Scenario, sc: &Scaled) -> String {
          relay = false\n\
          upload_bytes_per_second = {}\n\
          connection_upload_bytes_per_second = {}\n\
-         when_full = \"{}\"\n",
+         when_full = \"{}\"\n\
+         max_channels = {}\n",
         l.max_sessions,
         l.max_sessions_per_source,
         l.max_requests,
@@ -231,6 +232,11 @@ pub fn node_config_text(s: &Scenario, sc: &Scaled) -> String {
         match l.when_full {
             WhenFull::Refuse => "refuse",
             WhenFull::Silent => "silent",
+        },
+        // The reference transport's channel table, as a silent listener counts it.
+        match (s.network.transport, l.when_full) {
+            (Transport::Multiplexed, WhenFull::Silent) => l.max_channels as usize,
+            _ => 0,
         },
         name = s.name,
     )

@@ -216,6 +216,10 @@ fn listener_when_full_is_refuse_by_default_silent_on_request_and_nothing_else() 
     assert_eq!(config.listener.when_full, WhenFullKey::Silent);
     let err = refused("[listener]\nwhen_full = \"drop\"\n");
     assert!(err.contains("when_full"), "{err}");
+    let config = parse("[listener]\nwhen_full = \"silent\"\nmax_channels = 32\n").unwrap();
+    assert_eq!(config.listener.max_channels, 32);
+    let err = refused("[listener]\nmax_channels = 32\n");
+    assert!(err.contains("listener.max_channels"), "{err}");
 }
 
 #[test]

@@ -23,6 +23,14 @@ fn path() -> BlockPath {
 }
 
 async fn node(silent: bool, admission: AdmissionConfig) -> ServerHandle {
+    node_with_channels(silent, admission, None).await
+}
+
+async fn node_with_channels(
+    silent: bool,
+    admission: AdmissionConfig,
+    channels: Option<usize>,
+) -> ServerHandle {
     let store = MemoryStore::new();
     store.insert(path(), Bytes::from(vec![1u8; 1000]));
     let config = Arc::new(ServerConfig::new("s", "s.test:1"));
@@ -33,6 +41,7 @@ async fn node(silent: bool, admission: AdmissionConfig) -> ServerHandle {
     );
     o.admission = admission;
     o.silent_when_full = silent;
+    o.silent_channels = channels;
     Server::bind("127.0.0.1:0".parse().unwrap(), o)
         .await
         .unwrap()
@@ -106,5 +115,27 @@ async fn a_silent_listener_closes_what_it_would_refuse_without_a_byte() {
     assert_eq!(status(&mut first, Duration::from_secs(5)).await, Some(200));
     let mut second = request(handle.local_addr()).await;
     assert_eq!(status(&mut second, Duration::from_secs(5)).await, Some(503));
+    handle.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_channel_table_counts_sessions_and_requests() {
+    // Three channels: each session holds one, each request in progress another.
+    let admission = AdmissionConfig {
+        max_sessions: 4,
+        max_sessions_per_source: 4,
+        max_requests: 16,
+        max_requests_per_session: 2,
+        ..AdmissionConfig::default()
+    };
+    let handle = node_with_channels(true, admission, Some(3)).await;
+    let addr = handle.local_addr();
+    let mut first = request(addr).await;
+    assert_eq!(status(&mut first, Duration::from_secs(5)).await, Some(200));
+    let mut second = request(addr).await;
+    assert_eq!(status(&mut second, Duration::from_secs(5)).await, Some(200));
+    // Two idle sessions hold two channels: a third session fits, its request does not.
+    let mut third = request(addr).await;
+    assert_eq!(status(&mut third, Duration::from_secs(5)).await, Some(0));
     handle.shutdown(Duration::from_secs(1)).await;
 }
