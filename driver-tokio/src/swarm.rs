@@ -82,6 +82,11 @@ pub const DEFAULT_MAX_DOWNLOADS: usize = 256;
 /// How long a node process may take to print `listening ADDR`.
 const NODE_START_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How long one connect filling a blackhole's accept queue may take: the first that takes
+/// longer means the queue is full. Generous, so a link with emulated latency (a network
+/// namespace with `netem`) is not mistaken for a full queue.
+const BLACKHOLE_FILL_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// How often progress goes to stderr.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
@@ -470,7 +475,7 @@ fn blackhole(ip: Ipv4Addr) -> Result<Blackhole, NodeError> {
     let addr = listener.local_addr().map_err(failed)?;
     let mut queued = Vec::new();
     for _ in 0..8 {
-        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+        match std::net::TcpStream::connect_timeout(&addr, BLACKHOLE_FILL_TIMEOUT) {
             Ok(s) => queued.push(s),
             Err(_) => break,
         }
