@@ -56,7 +56,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::client::{Client, ClientOptions, Fetched, Local, Peer};
+use crate::client::{Client, ClientOptions, Fetched, LinkDelay, Local, Peer};
 use crate::config::NodeConfig;
 use crate::metrics::Metrics;
 use crate::node::{DriverKind, NodeError};
@@ -577,6 +577,7 @@ struct World {
     nat: Vec<bool>,
     health: Arc<Vec<AtomicU8>>,
     addrs: Vec<String>,
+    node_of_addr: std::collections::HashMap<String, u32>,
     chunk: ChunkKey,
     blocks: Vec<Bytes>,
     latency: LatencyModel,
@@ -598,7 +599,7 @@ impl World {
         !self.nat[node as usize] && self.health[node as usize].load(Ordering::Relaxed) == UP
     }
 
-    fn client(&self, source: u32) -> Result<Client, NodeError> {
+    fn client(self: &Arc<Self>, reader: u32, source: u32) -> Result<Client, NodeError> {
         let c = &self.s.client;
         let mut o = ClientOptions::new(self.clock, self.metrics.clone());
         o.exchange = ClientConfig {
@@ -611,6 +612,13 @@ impl World {
         };
         o.peers = sim::model::reader::peers_config(&self.s);
         o.local_ip = Some(IpAddr::V4(reader_ip(source)));
+        // The model's link latency, reader to node, on every exchange.
+        let w = self.clone();
+        o.link_delay = Some(LinkDelay(Arc::new(move |addr: &str| {
+            w.node_of_addr
+                .get(addr)
+                .map_or(Duration::ZERO, |&n| w.latency.one_way(reader, n))
+        })));
         Client::new(o).map_err(|e| NodeError::Failed(format!("reader client: {e}")))
     }
 }
@@ -1028,6 +1036,11 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
         content,
         nat,
         health,
+        node_of_addr: addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.clone(), i as u32))
+            .collect(),
         addrs,
         chunk,
         blocks,
@@ -1225,13 +1238,13 @@ async fn run_downloads(
                 match kept.get(&reader) {
                     Some(c) => c.clone(),
                     None => {
-                        let c = world.client(source)?;
+                        let c = world.client(reader, source)?;
                         kept.insert(reader, c.clone());
                         c
                     }
                 }
             } else {
-                world.client(source)?
+                world.client(reader, source)?
             };
             let (w, bound) = (world.clone(), bound.clone());
             tasks.spawn(async move {

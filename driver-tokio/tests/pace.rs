@@ -1,6 +1,7 @@
 //! Upload pacing in the tokio server over real loopback sockets: a node's budget is what
 //! its responses get, shared by its connections; the per-connection ceiling holds one
-//! connection to its rate while others use the rest; without pacing nothing waits.
+//! connection to its rate while others use the rest; without pacing nothing waits. And the
+//! client side of `swarm`'s emulated links: `ClientOptions::link_delay`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,6 +120,44 @@ async fn without_pacing_nothing_waits() {
     assert!(
         four < Duration::from_millis(300),
         "four blocks took {four:?}"
+    );
+    handle.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emulated_link_delay_costs_two_round_trips_fresh_and_one_pooled() {
+    let handle = node(|_| UploadPacing::off()).await;
+    let clock = Clock::new(Instant::now());
+    let mut o = ClientOptions::new(clock, Metrics::new());
+    let one_way = Duration::from_millis(100);
+    o.link_delay = Some(peerblock_tokio::client::LinkDelay(Arc::new(move |_| {
+        one_way
+    })));
+    let client = Client::new(o).unwrap();
+    let peer = Peer::from_addr(handle.local_addr().to_string());
+    let opts = || GetOptions {
+        expected: Some(BLOCK as u64),
+        ..GetOptions::default()
+    };
+    // Fresh: the handshake (a round trip), the request (one way), the response (one way).
+    let f = client
+        .fetch_block(&peer, BlockRequest::new(path(0)), opts())
+        .await;
+    assert!(f.bytes().is_some(), "{}", f.describe());
+    assert!(
+        f.elapsed >= 4 * one_way && f.elapsed < 4 * one_way + Duration::from_millis(400),
+        "{:?}",
+        f.elapsed
+    );
+    // Pooled: one round trip.
+    let f = client
+        .fetch_block(&peer, BlockRequest::new(path(1)), opts())
+        .await;
+    assert!(f.pooled, "reused");
+    assert!(
+        f.elapsed >= 2 * one_way && f.elapsed < 2 * one_way + Duration::from_millis(400),
+        "{:?}",
+        f.elapsed
     );
     handle.shutdown(Duration::from_secs(1)).await;
 }
