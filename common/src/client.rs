@@ -128,6 +128,22 @@ pub struct ClientOptions {
     /// choice). A node listening on one address of a multi-homed host dials from it, so
     /// peers see it as one source.
     pub local_ip: Option<std::net::IpAddr>,
+    /// Emulated one-way link latency to a peer address (`None`, the default: none). For
+    /// `peerblock-node swarm`'s replays on loopback only; the tokio client applies it.
+    pub link_delay: Option<LinkDelay>,
+}
+
+/// One-way latency to a peer address (`HOST:PORT`), emulated by the tokio client: the dial
+/// is answered one round trip later, a request reaches the peer one way after it is
+/// handed to the connection, a response's first bytes are read one way late. Loopback
+/// replays only (`peerblock-node swarm`).
+#[derive(Clone)]
+pub struct LinkDelay(pub Arc<dyn Fn(&str) -> std::time::Duration + Send + Sync>);
+
+impl std::fmt::Debug for LinkDelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinkDelay(..)")
+    }
 }
 
 impl ClientOptions {
@@ -141,6 +157,7 @@ impl ClientOptions {
             clock,
             metrics,
             local_ip: None,
+            link_delay: None,
         }
     }
 }

@@ -32,6 +32,7 @@ use std::time::Duration;
 use peerblock_core::client::{
     ClientConfig, DeadlineError, Deadlines, ExchangeConfigError, RequestTimeout,
 };
+use peerblock_core::pace::PaceConfig;
 use peerblock_core::read::{ReadConfig, ReadConfigError};
 use peerblock_core::roster::record::{unhex, verify_epoch};
 use peerblock_core::roster::{
@@ -239,6 +240,35 @@ pub struct ListenerConfig {
     /// How block bodies reach the socket (default `buffered`; `sendfile` is the mio
     /// driver's zero-copy path and needs `serve --driver mio`).
     pub body_path: BodyPathKey,
+    /// The node's upload budget, bytes per second, shared by all its connections (a
+    /// token bucket, core's `pace`, with 50 ms of burst); `0` (the default) = no limit.
+    /// Otherwise at least core's `pace::MIN_RATE`. Tokio driver only.
+    pub upload_bytes_per_second: u64,
+    /// A ceiling on each connection's upload, bytes per second (its own bucket, on top of
+    /// the node's); `0` (the default) = none. Otherwise at least `pace::MIN_RATE`. Tokio
+    /// driver only.
+    pub connection_upload_bytes_per_second: u64,
+    /// What a full listener does (default `refuse`: the explicit 503 + `Retry-After`);
+    /// `silent` replays the reference's old transport for `peerblock-node swarm`. Tokio
+    /// driver only.
+    pub when_full: WhenFullKey,
+    /// With `when_full = "silent"`: the reference transport's channel table, counted as a
+    /// silent listener over HTTP/1.1 can (sessions + requests in progress at most this);
+    /// `0` (the default) = none. Replays only.
+    pub max_channels: usize,
+}
+
+/// `[listener] when_full`: how a full listener turns work away.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WhenFullKey {
+    /// Explicit refusal: `503` with the refusal header and `Retry-After` (peerblock).
+    #[default]
+    Refuse,
+    /// The reference's old transport, for replays: while every session is taken the
+    /// listener stops accepting (dials beyond its small accept queue get no answer), and a
+    /// request or connection that would be refused is closed without an answer.
+    Silent,
 }
 
 /// `[listener] body_path`: how a `200`'s block body is written.
@@ -274,6 +304,10 @@ impl Default for ListenerConfig {
             max_hop: RelayConfig::default().max_hop,
             block_cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             body_path: BodyPathKey::Buffered,
+            upload_bytes_per_second: 0,
+            connection_upload_bytes_per_second: 0,
+            when_full: WhenFullKey::Refuse,
+            max_channels: 0,
         }
     }
 }
@@ -532,6 +566,28 @@ impl NodeConfig {
                 "is zero: every relay would be declined (set `relay = false` to disable relaying)",
             ));
         }
+        for (key, rate) in [
+            (
+                "listener.upload_bytes_per_second",
+                self.listener.upload_bytes_per_second,
+            ),
+            (
+                "listener.connection_upload_bytes_per_second",
+                self.listener.connection_upload_bytes_per_second,
+            ),
+        ] {
+            if rate != 0 {
+                PaceConfig::with_rate(rate)
+                    .validate()
+                    .map_err(|e| ConfigError::invalid(key, format!("{e}: set 0 for no limit")))?;
+            }
+        }
+        if self.listener.max_channels != 0 && self.listener.when_full != WhenFullKey::Silent {
+            return Err(ConfigError::invalid(
+                "listener.max_channels",
+                "applies only to a silent listener (when_full = \"silent\"): set 0 or add when_full = \"silent\"",
+            ));
+        }
         self.client_config()
             .validate()
             .map_err(|e| ConfigError::invalid(client_key(&e), e))?;
@@ -650,6 +706,16 @@ impl NodeConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The upload pacing of `[listener]`: the node's shared bucket and the per-connection
+    /// ceiling, each `None` when off.
+    pub fn upload_pacing(&self) -> (Option<PaceConfig>, Option<PaceConfig>) {
+        let on = |rate: u64| (rate != 0).then(|| PaceConfig::with_rate(rate));
+        (
+            on(self.listener.upload_bytes_per_second),
+            on(self.listener.connection_upload_bytes_per_second),
+        )
     }
 
     /// Core's admission limits, from `[listener]`.

@@ -21,6 +21,7 @@ pub mod client;
 pub mod cooldown;
 pub mod http;
 pub mod load;
+pub mod pace;
 pub mod placement;
 pub mod read;
 pub mod refusal;

@@ -40,9 +40,9 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 pub use peerblock_common::client::{
-    peer_id_for_addr, ClientError, ClientOptions, Fetched, GetOptions, Local, OutcomeClass, Peer,
-    Pool, PoolConfig, Progress, Validator, DEFAULT_MAX_CONNS_PER_PEER, DEFAULT_POOL_IDLE_TIMEOUT,
-    MAX_IDLE_GLOBAL, MAX_IDLE_PER_PEER, MAX_TRACKED_PEERS,
+    peer_id_for_addr, ClientError, ClientOptions, Fetched, GetOptions, LinkDelay, Local,
+    OutcomeClass, Peer, Pool, PoolConfig, Progress, Validator, DEFAULT_MAX_CONNS_PER_PEER,
+    DEFAULT_POOL_IDLE_TIMEOUT, MAX_IDLE_GLOBAL, MAX_IDLE_PER_PEER, MAX_TRACKED_PEERS,
 };
 
 /// The node's client. Cheap to clone (an `Arc` inside); every clone shares one `Peers`,
@@ -496,9 +496,24 @@ async fn drive(
     progress: Option<&Progress>,
 ) -> (Exchange, ExchangeOutcome, Option<TcpStream>) {
     let clock = &inner.opts.clock;
+    // Emulated one-way latency (swarm replays only; zero otherwise).
+    let one_way = inner
+        .opts
+        .link_delay
+        .as_ref()
+        .map_or(std::time::Duration::ZERO, |d| (d.0)(addr));
+    let mut first_read = true;
     if stream.is_none() && !exchange.is_finished() {
         // The dial, raced against the exchange's own deadlines (dial, request, caller).
-        let mut connect = pin!(connect(addr, inner.opts.local_ip));
+        let mut connect = pin!(async {
+            if one_way.is_zero() {
+                return connect(addr, inner.opts.local_ip).await;
+            }
+            tokio::time::sleep(one_way).await;
+            let s = connect(addr, inner.opts.local_ip).await?;
+            tokio::time::sleep(one_way).await;
+            Ok(s)
+        });
         loop {
             let deadline = exchange.poll_timeout().map(|d| d.at);
             tokio::select! {
@@ -531,6 +546,9 @@ async fn drive(
         while let Some(t) = exchange.poll_transmit(inner.now()) {
             let Some(s) = stream.as_mut() else { break };
             let write = async {
+                if !one_way.is_zero() {
+                    tokio::time::sleep(one_way).await;
+                }
                 s.write_all(&t.head).await?;
                 s.write_all(&t.body).await
             };
@@ -595,7 +613,14 @@ async fn drive(
         match step {
             Step::Read(Ok(0)) => exchange.handle_eof(now),
             Step::Read(Ok(n)) => {
-                exchange.handle_read(now, n);
+                if first_read && !one_way.is_zero() {
+                    // The response's first bytes travel one way (the rest follow them).
+                    first_read = false;
+                    tokio::time::sleep(one_way).await;
+                    exchange.handle_read(inner.now(), n);
+                } else {
+                    exchange.handle_read(now, n);
+                }
             }
             Step::Read(Err(e)) => {
                 tracing::debug!(addr, error = %e, "read failed");

@@ -19,10 +19,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::client::{Client, ClientOptions, Fetched, GetOptions, OutcomeClass, Peer, PoolConfig};
-use crate::config::{BodyPathKey, NodeConfig};
+use crate::config::{BodyPathKey, NodeConfig, WhenFullKey};
 use crate::manifest::{self, Manifest};
 use crate::metrics::{serve_metrics, Metrics};
 use crate::node::{DriverKind, FetchPlan, GetPlan, NodeError, ServePlan};
+use crate::pace::UploadPacing;
 use crate::progress::Progress;
 use crate::reader::{BlockSpec, PlacementDiscovery, Reader};
 use crate::relay::RelaySource;
@@ -145,6 +146,12 @@ impl Stop {
     }
 }
 
+/// A future that resolves on SIGINT or SIGTERM, the handlers installed now.
+pub(crate) fn stop_signal() -> impl Future<Output = ()> {
+    let stop = Stop::install();
+    stop.wait()
+}
+
 /// `serve`: binds, prints `listening ADDR` on stdout, dials peers from the `--listen`
 /// address (unless it is unspecified), serves the store (relaying when
 /// `[listener] relay` is on), runs the roster service and the metrics endpoint, prints
@@ -153,7 +160,7 @@ impl Stop {
 pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let metrics = Metrics::new();
-    let listener = std::net::TcpListener::bind(plan.listen)
+    let listener = bind(plan.listen, plan.config.listener.when_full)
         .map_err(|e| io_err("cannot bind --listen", plan.listen, e))?;
     let bound = listener
         .local_addr()
@@ -265,6 +272,33 @@ fn serve_membership(
     Ok(table)
 }
 
+/// The accept queue of a silent listener (`[listener] when_full = "silent"`): while every
+/// session is taken the server accepts nothing, the kernel completes at most this many
+/// more dials (they wait to be accepted), and SYNs beyond it go unanswered, as the
+/// reference's full listener left dials unanswered. Small, so the silence begins almost
+/// where the session limit is; not zero, so a burst of dials to a listener with free
+/// sessions is not dropped while the accept loop catches up.
+const SILENT_BACKLOG: i32 = 4;
+
+/// The peer listener: std's (backlog 128) when refusing, a short accept queue when silent.
+fn bind(
+    addr: std::net::SocketAddr,
+    when_full: WhenFullKey,
+) -> std::io::Result<std::net::TcpListener> {
+    if when_full == WhenFullKey::Refuse {
+        return std::net::TcpListener::bind(addr);
+    }
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(SILENT_BACKLOG)?;
+    Ok(socket.into())
+}
+
 /// What both drivers' `serve` start from.
 struct NodeParts<'a> {
     plan: &'a ServePlan,
@@ -312,6 +346,16 @@ impl RunningNode {
         options.admission = config.admission();
         options.membership = Some(parts.membership);
         options.metrics = parts.metrics;
+        let (node_pace, conn_pace) = config.upload_pacing();
+        options.silent_when_full = config.listener.when_full == WhenFullKey::Silent;
+        options.silent_channels =
+            (config.listener.max_channels != 0).then_some(config.listener.max_channels);
+        options.pacing = UploadPacing::new(
+            node_pace,
+            conn_pace,
+            parts.clock.to_core(std::time::Instant::now()),
+        )
+        .map_err(|e| NodeError::Failed(format!("upload pacing: {e}")))?;
         let listener = listener
             .set_nonblocking(true)
             .and_then(|()| TcpListener::from_std(listener))

@@ -16,6 +16,8 @@
 //! | [`manifest`] | – | content addressing: import, manifests, block validation (re-exported from `peerblock-common`) |
 //! | [`node`] | – | the `peerblock-node` command line, its validation and its commands |
 //! | [`identity`] | – | the node's key file and record sequence number |
+//! | [`pace`] | `pace::TokenBucket` (node-wide and per connection) | upload pacing of the server's writes |
+//! | [`swarm`] | – | `peerblock-node swarm`: a simulator scenario run for real (node processes, in-process readers, the simulator's report) |
 //! | [`progress`] | – | progress of `import` and `fetch`: a bar on a terminal, lines otherwise |
 //! | [`config`] | – | the node's TOML configuration (re-exported from `peerblock-common`) |
 //! | [`metrics`] | – | the Prometheus metrics (kept in `peerblock-common`) and their admin endpoint |
@@ -31,11 +33,13 @@ pub use peerblock_common::{config, manifest};
 mod cmd;
 pub mod metrics;
 pub mod node;
+pub mod pace;
 pub mod progress;
 pub mod reader;
 pub mod relay;
 pub mod roster;
 pub mod server;
 pub mod source;
+pub mod swarm;
 
 pub use peerblock_common::SharedMembership;

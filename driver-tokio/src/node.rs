@@ -113,6 +113,49 @@ pub enum Command {
     Fetch(FetchArgs),
     /// Fetch one block from one peer (one exchange, for debugging).
     Get(GetArgs),
+    /// Run a simulator scenario for real on this machine: one `serve` process per node on
+    /// its own 127.1.x.y address, the readers in-process, the simulator's report and JSON.
+    Swarm(SwarmArgs),
+}
+
+/// `swarm` arguments.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Every node is a `peerblock-node serve` process on loopback (kernel-picked ports); all are stopped at exit, on error and on Ctrl-C. Progress goes to stderr, the simulator's report to stdout. See docs/sim.md, \"Simulated vs real\"."
+)]
+pub struct SwarmArgs {
+    /// The simulator scenario (docs/sim.md), parsed and validated by the simulator.
+    #[arg(value_name = "SCENARIO.toml")]
+    pub scenario: PathBuf,
+    /// Seed of the run: placement, NAT'd nodes, start times, reads (default: the
+    /// scenario's `seed`).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Multiplies block and file sizes, byte budgets, upload rates and the number of
+    /// rounds (at least 1); times stay the scenario's. More than 0, at most 1.
+    #[arg(long, value_name = "F", default_value_t = crate::swarm::DEFAULT_SCALE)]
+    pub scale: f64,
+    /// Write the simulator's JSON summary (same keys) here (`-` = stdout instead of the
+    /// report).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// The nodes' driver (`serve --driver`).
+    #[arg(long, value_enum, default_value_t = DriverKind::Tokio)]
+    pub driver: DriverKind,
+    /// Downloads running at once (a bound for small machines; the testnet arms never
+    /// reach the default).
+    #[arg(long, value_name = "N", default_value_t = crate::swarm::DEFAULT_MAX_DOWNLOADS)]
+    pub max_downloads: usize,
+    /// No progress on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Directory for the nodes' stores, config and logs (default: a fresh one under the
+    /// temporary directory, removed at exit).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Keep the work directory (stores, node.toml, node-N.log) after the run.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 /// `serve` arguments.
@@ -390,6 +433,32 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
             "\"sendfile\" is the mio driver's zero-copy path: add --driver mio".to_owned(),
         ));
     }
+    if args.driver == DriverKind::Mio {
+        for (key, rate) in [
+            (
+                "listener.upload_bytes_per_second",
+                config.listener.upload_bytes_per_second,
+            ),
+            (
+                "listener.connection_upload_bytes_per_second",
+                config.listener.connection_upload_bytes_per_second,
+            ),
+        ] {
+            if rate != 0 {
+                return Err(NodeError::usage(
+                    key,
+                    "upload pacing is implemented in the tokio driver only: use --driver tokio or set 0"
+                        .to_owned(),
+                ));
+            }
+        }
+        if config.listener.when_full == crate::config::WhenFullKey::Silent {
+            return Err(NodeError::usage(
+                "listener.when_full",
+                "\"silent\" is implemented in the tokio driver only: use --driver tokio".to_owned(),
+            ));
+        }
+    }
     if args.threads.is_some() && args.driver != DriverKind::Mio {
         return Err(NodeError::usage(
             "--threads",
@@ -435,6 +504,21 @@ pub fn ensure_store(store: &Path) -> Result<(), NodeError> {
 /// (with `plan.metrics`) the metrics endpoint until interrupted.
 pub async fn serve_node(plan: ServePlan) -> Result<(), NodeError> {
     crate::cmd::serve(plan).await
+}
+
+/// Validates `swarm`'s arguments and scenario. Starts nothing.
+pub fn plan_swarm(args: &SwarmArgs) -> Result<crate::swarm::SwarmPlan, NodeError> {
+    crate::swarm::plan(
+        &args.scenario,
+        args.seed,
+        args.scale,
+        args.json.clone(),
+        args.driver,
+        args.max_downloads,
+        args.quiet,
+        args.keep,
+        args.work_dir.clone(),
+    )
 }
 
 /// Everything `fetch` needs, validated.

@@ -47,6 +47,9 @@ pub use peerblock_common::read::{
     placement_candidates, BlockSpec, Candidate, GetObserver, ReadResult,
 };
 
+/// Told of every GET a reader's reads start (the peer asked), in order.
+pub type GetStartObserver = Arc<dyn Fn(&Peer) + Send + Sync>;
+
 /// The future a [`Discovery`] returns.
 pub type DiscoveryFuture = Pin<Box<dyn Future<Output = Vec<Candidate>> + Send + 'static>>;
 
@@ -131,6 +134,7 @@ pub struct Reader {
     discovery: Arc<dyn Discovery>,
     origin: Option<Arc<dyn OriginFetch>>,
     observer: Option<GetObserver>,
+    start_observer: Option<GetStartObserver>,
     config: ReadConfig,
     seed: u64,
     reads: AtomicU64,
@@ -161,6 +165,7 @@ impl Reader {
             discovery,
             origin: None,
             observer: None,
+            start_observer: None,
             config,
             seed: child_seed(node_seed, "reads"),
             reads: AtomicU64::new(0),
@@ -177,6 +182,14 @@ impl Reader {
     /// which outcome class, how many bytes): what a caller needs to report per peer.
     pub fn with_observer(mut self, observer: GetObserver) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// The same reader with an observer told of every GET its reads start, in the order
+    /// they start (which peer), before its request is sent: with [`Reader::with_observer`]
+    /// a caller sees the GETs a read cancelled too (started, never finished).
+    pub fn with_start_observer(mut self, observer: GetStartObserver) -> Self {
+        self.start_observer = Some(observer);
         self
     }
 
@@ -304,6 +317,9 @@ impl Reader {
         block: &BlockSpec,
         tx: &mpsc::Sender<Msg>,
     ) -> GetTask {
+        if let Some(started) = &self.start_observer {
+            started(&peer);
+        }
         let client = self.client.clone();
         let ptx = tx.clone();
         let state = Arc::new(GetState::default());

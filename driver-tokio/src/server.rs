@@ -44,6 +44,7 @@ use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio::time::Sleep;
 
 use crate::metrics::Metrics;
+use crate::pace::{ConnPace, UploadPacing};
 use crate::source::{BlockFuture, BlockSource};
 use crate::SharedMembership;
 
@@ -77,6 +78,17 @@ pub struct ServerOptions {
     pub clock: Clock,
     /// The node's metrics (shared with its other parts).
     pub metrics: Metrics,
+    /// Upload pacing of response writes (default off; `[listener]
+    /// upload_bytes_per_second`, `crate::pace`).
+    pub pacing: UploadPacing,
+    /// `[listener] when_full = "silent"` (default false: refuse explicitly): the accept
+    /// loop pauses while every session is taken, and a refusal is never written (its
+    /// connection is closed instead). For replays of the reference transport only.
+    pub silent_when_full: bool,
+    /// With `silent_when_full`: the reference transport's channel table (`[listener]
+    /// max_channels`): sessions + requests in progress at most this; the accept loop
+    /// pauses at it and a request over it has its connection closed. `None`: no table.
+    pub silent_channels: Option<usize>,
 }
 
 impl ServerOptions {
@@ -89,6 +101,9 @@ impl ServerOptions {
             source,
             clock,
             metrics: Metrics::new(),
+            pacing: UploadPacing::off(),
+            silent_when_full: false,
+            silent_channels: None,
         }
     }
 }
@@ -100,6 +115,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("admission", &self.admission)
             .field("membership", &self.membership.is_some())
             .field("clock", &self.clock)
+            .field("pacing", &self.pacing)
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +163,9 @@ struct Shared {
     clock: Clock,
     metrics: Metrics,
     refusals: Arc<Semaphore>,
+    pacing: UploadPacing,
+    silent_when_full: bool,
+    silent_channels: Option<usize>,
     /// Woken whenever a connection is admitted, refused or closed
     /// ([`ServerHandle::wait_until`]).
     changed: tokio::sync::Notify,
@@ -212,6 +231,9 @@ impl Server {
                 clock: options.clock,
                 metrics: options.metrics,
                 refusals: Arc::new(Semaphore::new(MAX_REFUSAL_TASKS)),
+                pacing: options.pacing,
+                silent_when_full: options.silent_when_full,
+                silent_channels: options.silent_channels,
                 changed: tokio::sync::Notify::new(),
             }),
         })
@@ -314,6 +336,9 @@ async fn accept_loop(
     done: mpsc::Sender<()>,
 ) {
     loop {
+        if shared.silent_when_full && !wait_for_a_free_session(&shared, &mut phase).await {
+            break;
+        }
         let accepted = tokio::select! {
             biased;
             _ = phase.changed() => break,
@@ -328,6 +353,30 @@ async fn accept_loop(
         }
     }
     tracing::debug!("accept loop ended: listener closed");
+}
+
+/// A silent listener accepts nothing while every session is taken (dials wait in the
+/// kernel's accept queue, then go unanswered). False when the server stops meanwhile.
+async fn wait_for_a_free_session(shared: &Shared, phase: &mut watch::Receiver<Phase>) -> bool {
+    loop {
+        // Created before the check, so a close between the check and the wait wakes it.
+        let changed = shared.changed.notified();
+        let full = {
+            let a = shared.admission();
+            a.sessions() >= a.config().max_sessions
+                || shared
+                    .silent_channels
+                    .is_some_and(|c| a.sessions() + a.requests() >= c)
+        };
+        if !full {
+            return true;
+        }
+        tokio::select! {
+            biased;
+            _ = phase.changed() => return false,
+            () = changed => {}
+        }
+    }
 }
 
 /// Admission at accept time: an admitted connection gets its task; a refused one the
@@ -378,6 +427,14 @@ fn on_accept(
     tracing::debug!(%peer, "connection admitted");
     let conn = Conn::new(Arc::clone(shared), stream, peer, machine, true);
     tokio::spawn(serve(conn, phase.clone(), done.clone()));
+}
+
+/// Waits for a connection's pacing timer (never, when it has none).
+async fn wait_paced(sleep: Option<Pin<&mut Sleep>>) {
+    match sleep {
+        Some(sleep) => sleep.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// An admitted connection's task.
@@ -437,6 +494,10 @@ struct Conn {
     closed: bool,
     sleep: Pin<Box<Sleep>>,
     armed: Option<std::time::Instant>,
+    /// Upload pacing of this connection's writes (`None`: off).
+    pace: Option<ConnPace>,
+    /// A silent listener's channel table had no room for a request: close.
+    silenced: bool,
 }
 
 impl Conn {
@@ -448,7 +509,6 @@ impl Conn {
         admitted: bool,
     ) -> Conn {
         Conn {
-            shared,
             stream,
             peer,
             machine,
@@ -460,6 +520,9 @@ impl Conn {
             closed: false,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed: None,
+            pace: shared.pacing.connection(shared.now()),
+            silenced: false,
+            shared,
         }
     }
 
@@ -467,6 +530,11 @@ impl Conn {
         loop {
             let now = self.shared.now();
             self.pump(now);
+            if self.silenced {
+                return Ended::Io(io::Error::other(
+                    "silent listener: no channel for a request",
+                ));
+            }
             if let Err(e) = self.write(now) {
                 return Ended::Io(e);
             }
@@ -488,7 +556,8 @@ impl Conn {
                 }
             };
             let want_read = !self.eof && !draining && self.machine.read_buf().is_some();
-            let want_write = self.out.is_some();
+            let paced = self.pace.as_ref().is_some_and(|p| p.waiting);
+            let want_write = self.out.is_some() && !paced;
             self.arm_timer();
             let timer_armed = self.armed.is_some();
             let sourcing = !self.sources.is_empty();
@@ -496,13 +565,16 @@ impl Conn {
                 Io(io::Result<()>),
                 Source(Option<Result<(RequestId, SourceResult), JoinError>>),
                 Timer,
+                Paced,
                 Phase(bool),
             }
+            let pace_sleep = self.pace.as_mut().map(|p| p.sleep.as_mut());
             let wake = tokio::select! {
                 r = self.stream.readable(), if want_read => Wake::Io(r),
                 r = self.stream.writable(), if want_write => Wake::Io(r),
                 joined = self.sources.join_next(), if sourcing => Wake::Source(joined),
                 () = &mut self.sleep, if timer_armed => Wake::Timer,
+                () = wait_paced(pace_sleep), if paced => Wake::Paced,
                 r = phase.changed() => Wake::Phase(r.is_ok()),
             };
             match wake {
@@ -521,6 +593,11 @@ impl Conn {
                     self.armed = None;
                     let now = self.shared.now();
                     self.machine.handle_timeout(now);
+                }
+                Wake::Paced => {
+                    if let Some(p) = self.pace.as_mut() {
+                        p.waiting = false;
+                    }
                 }
                 Wake::Phase(true) => {}
                 // The handle was dropped: stop at once.
@@ -573,6 +650,14 @@ impl Conn {
     fn on_event(&mut self, now: Instant, event: ServerEvent) {
         match event {
             ServerEvent::Fetch { id, request } => {
+                if let Some(channels) = self.shared.silent_channels {
+                    let a = self.shared.admission();
+                    if a.sessions() + a.requests() > channels {
+                        // No channel for it: the silent listener closes the stream.
+                        self.silenced = true;
+                        return;
+                    }
+                }
                 tracing::trace!(peer = %self.peer, path = %request.path, "fetch");
                 let future = self.shared.source.fetch(&request);
                 self.ask(now, id, future);
@@ -695,16 +780,37 @@ impl Conn {
     /// next, until the socket would block or nothing is left.
     fn write(&mut self, mut now: Instant) -> io::Result<()> {
         while let Some(out) = &mut self.out {
+            if self.shared.silent_when_full && out.tx.refusal.is_some() {
+                // A silent listener never answers a refusal: the connection just closes.
+                return Err(io::Error::other("silent listener: refusal withheld"));
+            }
             let head = &out.tx.head;
             let body = &out.tx.body;
             let total = head.len() + body.len();
             if out.written < total {
+                // Paced: at most the grant (the rest waits for the pacing timer).
+                let allow = match self.pace.as_mut() {
+                    Some(p) => match p.grant(&self.shared.clock, now, total - out.written) {
+                        Some(n) => n,
+                        None => return Ok(()),
+                    },
+                    None => total - out.written,
+                };
+                let end = out.written + allow;
                 let written = if out.written < head.len() {
-                    let slices = [IoSlice::new(&head[out.written..]), IoSlice::new(body)];
+                    let slices = [
+                        IoSlice::new(&head[out.written..end.min(head.len())]),
+                        IoSlice::new(&body[..end.saturating_sub(head.len())]),
+                    ];
                     self.stream.try_write_vectored(&slices)
                 } else {
-                    self.stream.try_write(&body[out.written - head.len()..])
+                    self.stream
+                        .try_write(&body[out.written - head.len()..end - head.len()])
                 };
+                let taken = *written.as_ref().unwrap_or(&0);
+                if let Some(p) = self.pace.as_mut() {
+                    p.refund(allow - taken);
+                }
                 match written {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                     Ok(n) => out.written += n,

@@ -185,6 +185,44 @@ fn listener_body_path_is_buffered_by_default_and_refuses_other_words() {
 }
 
 #[test]
+fn listener_upload_rates_are_off_by_default_and_refused_below_the_minimum_by_name() {
+    let (node, conn) = parse("").unwrap().upload_pacing();
+    assert_eq!((node, conn), (None, None));
+    let config = parse(
+        "[listener]\nupload_bytes_per_second = 2000000\nconnection_upload_bytes_per_second = 500000\n",
+    )
+    .unwrap();
+    let (node, conn) = config.upload_pacing();
+    assert_eq!(node.unwrap().bytes_per_second, 2_000_000);
+    assert_eq!(node.unwrap().burst, 100_000, "50 ms of the rate");
+    assert_eq!(conn.unwrap().bytes_per_second, 500_000);
+    for key in [
+        "upload_bytes_per_second",
+        "connection_upload_bytes_per_second",
+    ] {
+        let err = refused(&format!("[listener]\n{key} = 100\n"));
+        assert!(err.contains(&format!("listener.{key}")), "{err}");
+        assert!(err.contains("at least 1024"), "{err}");
+        let err = refused(&format!("[listener]\n{key} = -1\n"));
+        assert!(err.contains(key), "{err}");
+    }
+}
+
+#[test]
+fn listener_when_full_is_refuse_by_default_silent_on_request_and_nothing_else() {
+    use peerblock_tokio::config::WhenFullKey;
+    assert_eq!(parse("").unwrap().listener.when_full, WhenFullKey::Refuse);
+    let config = parse("[listener]\nwhen_full = \"silent\"\n").unwrap();
+    assert_eq!(config.listener.when_full, WhenFullKey::Silent);
+    let err = refused("[listener]\nwhen_full = \"drop\"\n");
+    assert!(err.contains("when_full"), "{err}");
+    let config = parse("[listener]\nwhen_full = \"silent\"\nmax_channels = 32\n").unwrap();
+    assert_eq!(config.listener.max_channels, 32);
+    let err = refused("[listener]\nmax_channels = 32\n");
+    assert!(err.contains("listener.max_channels"), "{err}");
+}
+
+#[test]
 fn client_read_and_roster_keys_reach_core_configs() {
     let config = parse(
         "[client]\ndial_timeout = \"2s\"\nmax_body = 1000\npool_idle_per_peer = 8\n\
