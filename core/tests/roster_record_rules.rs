@@ -55,16 +55,19 @@ fn the_key_seed_gives_back_the_same_key() {
 }
 
 #[test]
-fn a_record_header_of_exactly_the_bound_parses_and_one_byte_more_is_refused() {
+fn a_record_header_of_the_documented_maximum_parses_and_one_byte_more_is_refused() {
+    // The bound as documented: a 20-digit sequence number, a weight of at most 32
+    // characters, the key (64 hex digits) and the signature (128), space-separated.
+    assert_eq!(MAX_RECORD_HEADER_LEN, 20 + 1 + 32 + 1 + 64 + 1 + 128);
     let k = key();
-    let r = k.sign(ADDR, 1.0, 5).unwrap();
+    let r = k.sign(ADDR, 1.0, u64::MAX).unwrap();
     let header = r.to_header(1.0);
-    // Pad the weight field ("1" -> "1.000…") up to exactly the bound.
-    let pad = MAX_RECORD_HEADER_LEN - header.len();
     let mut parts: Vec<String> = header.split(' ').map(str::to_owned).collect();
-    parts[1] = format!("1.{}", "0".repeat(pad - 1));
+    assert_eq!(parts[0].len(), 20, "u64::MAX has 20 digits");
+    parts[1] = format!("1.{}", "0".repeat(30));
+    assert_eq!(parts[1].len(), 32);
     let at_bound = parts.join(" ");
-    assert_eq!(at_bound.len(), MAX_RECORD_HEADER_LEN);
+    assert_eq!(at_bound.len(), 247);
     let (att, weight) = Attestation::from_header(Some(at_bound.as_bytes()));
     assert!(matches!(att, Attestation::Signed(_)), "{att:?}");
     assert_eq!(weight, 1.0);
