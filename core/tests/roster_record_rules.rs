@@ -8,7 +8,7 @@ use peerblock_core::roster::record::{
 };
 use peerblock_core::roster::{Attestation, MemberProblem};
 
-const ADDR: &str = "127.0.0.1:7070";
+const ADDR: &str = "node-1.test:7070";
 
 fn key() -> NodeKey {
     NodeKey::from_seed(&[7; 32])
@@ -104,7 +104,7 @@ fn a_record_header_with_a_negative_or_non_finite_weight_is_malformed() {
 fn a_batch_fails_on_any_claim_with_a_bad_identity_or_weight() {
     let (a, b) = (NodeKey::from_seed(&[1; 32]), NodeKey::from_seed(&[2; 32]));
     let ra = a.sign(ADDR, 1.0, 1).unwrap();
-    let rb = b.sign("127.0.0.2:7070", 0.0, 1).unwrap();
+    let rb = b.sign("node-2.test:7070", 0.0, 1).unwrap();
     let good = |weight_b: f64| {
         vec![
             Claimed {
@@ -116,7 +116,7 @@ fn a_batch_fails_on_any_claim_with_a_bad_identity_or_weight() {
             Claimed {
                 record: &rb,
                 id: b.id(),
-                addr: "127.0.0.2:7070",
+                addr: "node-2.test:7070",
                 weight: weight_b,
             },
         ]

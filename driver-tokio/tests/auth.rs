@@ -49,7 +49,7 @@ struct Victim {
 
 async fn victim(policy: MembershipPolicy) -> Victim {
     let me = key(0);
-    let addr = "127.0.0.1:7070";
+    let addr = "node-1.test:7070";
     let mut table = Membership::new(RosterMember::new(me.id(), addr, 1.0), 0, 64)
         .unwrap()
         .with_policy(policy)
@@ -133,8 +133,8 @@ async fn a_signed_caller_is_learned_verified_and_its_answer_carries_our_record()
             v.handle.local_addr(),
             HONEST,
             a.id(),
-            "127.0.0.2:7070",
-            Some(&header(&a, "127.0.0.2:7070", 1)),
+            "node-2.test:7070",
+            Some(&header(&a, "node-2.test:7070", 1)),
         )
         .await;
         assert_eq!(status, 200);
@@ -164,15 +164,15 @@ async fn hijack_an_unsigned_caller_claiming_a_verified_id_does_not_move_it() {
             v.handle.local_addr(),
             HONEST,
             a.id(),
-            "127.0.0.2:7070",
-            Some(&header(&a, "127.0.0.2:7070", 1)),
+            "node-2.test:7070",
+            Some(&header(&a, "node-2.test:7070", 1)),
         )
         .await;
         let (status, _) = call(
             v.handle.local_addr(),
             ATTACKER,
             a.id(),
-            "127.0.0.66:7070",
+            "node-66.test:7070",
             None,
         )
         .await;
@@ -180,7 +180,7 @@ async fn hijack_an_unsigned_caller_claiming_a_verified_id_does_not_move_it() {
             status, 200,
             "answered: a reference-style caller is not refused service"
         );
-        assert_eq!(v.addr_of(a.id()).as_deref(), Some("127.0.0.2:7070"));
+        assert_eq!(v.addr_of(a.id()).as_deref(), Some("node-2.test:7070"));
         assert_eq!(v.rejected("unverified"), 1);
         v.handle.shutdown(StdDuration::from_secs(1)).await;
     })
@@ -196,8 +196,8 @@ async fn hijack_a_record_signed_by_another_key_is_rejected() {
             v.handle.local_addr(),
             HONEST,
             a.id(),
-            "127.0.0.2:7070",
-            Some(&header(&a, "127.0.0.2:7070", 1)),
+            "node-2.test:7070",
+            Some(&header(&a, "node-2.test:7070", 1)),
         )
         .await;
         // The thief's own valid record, presented under the victim's id.
@@ -205,11 +205,11 @@ async fn hijack_a_record_signed_by_another_key_is_rejected() {
             v.handle.local_addr(),
             ATTACKER,
             a.id(),
-            "127.0.0.66:7070",
-            Some(&header(&thief, "127.0.0.66:7070", 99)),
+            "node-66.test:7070",
+            Some(&header(&thief, "node-66.test:7070", 99)),
         )
         .await;
-        assert_eq!(v.addr_of(a.id()).as_deref(), Some("127.0.0.2:7070"));
+        assert_eq!(v.addr_of(a.id()).as_deref(), Some("node-2.test:7070"));
         assert_eq!(v.rejected("wrong-key"), 1);
         v.handle.shutdown(StdDuration::from_secs(1)).await;
     })
@@ -222,24 +222,24 @@ async fn replay_of_an_older_record_is_rejected() {
         let v = victim(MembershipPolicy::default()).await;
         let a = key(1);
         // The member moved (seq 5); its old record (seq 4, old address) is replayed.
-        let old = header(&a, "127.0.0.3:7070", 4);
+        let old = header(&a, "node-3.test:7070", 4);
         call(
             v.handle.local_addr(),
             HONEST,
             a.id(),
-            "127.0.0.2:7070",
-            Some(&header(&a, "127.0.0.2:7070", 5)),
+            "node-2.test:7070",
+            Some(&header(&a, "node-2.test:7070", 5)),
         )
         .await;
         call(
             v.handle.local_addr(),
             ATTACKER,
             a.id(),
-            "127.0.0.3:7070",
+            "node-3.test:7070",
             Some(&old),
         )
         .await;
-        assert_eq!(v.addr_of(a.id()).as_deref(), Some("127.0.0.2:7070"));
+        assert_eq!(v.addr_of(a.id()).as_deref(), Some("node-2.test:7070"));
         assert_eq!(v.rejected("replayed"), 1);
         v.handle.shutdown(StdDuration::from_secs(1)).await;
     })
@@ -251,7 +251,7 @@ async fn garbage_and_truncated_record_headers_are_rejected() {
     bounded(async {
         let v = victim(MembershipPolicy::default()).await;
         let a = key(1);
-        let good = header(&a, "127.0.0.2:7070", 1);
+        let good = header(&a, "node-2.test:7070", 1);
         let truncated = &good[..good.len() - 7];
         let garbage = format!("1 1 {} {}", hex(&a.public()), "zz".repeat(64));
         let mut flipped = good.clone().into_bytes();
@@ -268,7 +268,7 @@ async fn garbage_and_truncated_record_headers_are_rejected() {
                 v.handle.local_addr(),
                 ATTACKER,
                 a.id(),
-                "127.0.0.66:7070",
+                "node-66.test:7070",
                 Some(bad),
             )
             .await;
@@ -298,12 +298,12 @@ async fn verified_only_node_refuses_an_unverified_peer() {
             v.handle.local_addr(),
             HONEST,
             &"cd".repeat(32),
-            "127.0.0.2:7070",
+            "node-2.test:7070",
             None,
         )
         .await;
         assert_eq!(status, 200, "still answered");
-        assert!(!body.contains("127.0.0.2:7070"), "{body}");
+        assert!(!body.contains("node-2.test:7070"), "{body}");
         assert_eq!(v.addr_of(&"cd".repeat(32)), None);
         assert_eq!(v.rejected("unverified"), 1);
         // A signed peer is still learned.
@@ -312,8 +312,8 @@ async fn verified_only_node_refuses_an_unverified_peer() {
             v.handle.local_addr(),
             HONEST,
             a.id(),
-            "127.0.0.2:7070",
-            Some(&header(&a, "127.0.0.2:7070", 1)),
+            "node-2.test:7070",
+            Some(&header(&a, "node-2.test:7070", 1)),
         )
         .await;
         assert!(v.addr_of(a.id()).is_some());
@@ -389,7 +389,7 @@ async fn epoch_pinning_by_a_peers_roster_fails() {
         })
         .await;
         let me = key(0);
-        let table = Membership::new(RosterMember::new(me.id(), "127.0.0.1:7070", 1.0), 3, 64)
+        let table = Membership::new(RosterMember::new(me.id(), "node-1.test:7070", 1.0), 3, 64)
             .unwrap()
             .with_policy(MembershipPolicy {
                 authority: Some(authority.public()),
@@ -437,7 +437,7 @@ async fn hearsay_flood_from_one_peer_is_bounded_and_real_members_survive() {
         let server =
             canned::serve(move |_, req, _| answer(bodies[req % 25].clone(), "attacker")).await;
         let me = key(0);
-        let mut table = Membership::new(RosterMember::new(me.id(), "127.0.0.1:7070", 1.0), 0, 64)
+        let mut table = Membership::new(RosterMember::new(me.id(), "node-1.test:7070", 1.0), 0, 64)
             .unwrap()
             .with_policy(MembershipPolicy {
                 max_new_per_source: 16,
@@ -447,7 +447,7 @@ async fn hearsay_flood_from_one_peer_is_bounded_and_real_members_survive() {
             .unwrap();
         let real: Vec<NodeKey> = (1..=8).map(key).collect();
         for (i, k) in real.iter().enumerate() {
-            let addr = format!("127.0.0.{}:7070", 10 + i);
+            let addr = format!("node-{}.test:7070", 10 + i);
             let (rec, w) = Attestation::from_header(Some(header(k, &addr, 1).as_bytes()));
             table
                 .learn_caller(
@@ -486,7 +486,7 @@ async fn hearsay_flood_from_one_peer_is_bounded_and_real_members_survive() {
         for (i, k) in real.iter().enumerate() {
             assert_eq!(
                 m.addr(k.id()),
-                Some(format!("127.0.0.{}:7070", 10 + i).as_str())
+                Some(format!("node-{}.test:7070", 10 + i).as_str())
             );
         }
         assert!(m.stats().rate_limited >= 24 * 4095);
