@@ -3,7 +3,7 @@
 //!
 //! A node's [`UploadPacing`] holds its one shared bucket (`[listener]
 //! upload_bytes_per_second`) and the per-connection ceiling (`[listener]
-//! connection_upload_bytes_per_second`). Each connection gets a [`ConnPace`]: before a
+//! connection_upload_bytes_per_second`). Each connection gets a `ConnPace`: before a
 //! write it asks for the bytes it wants to write, writes at most the grant, refunds what
 //! the socket did not take, and when told to wait it stops asking for writability until
 //! its pacing timer fires. Core decides how much and until when; this module only keeps
