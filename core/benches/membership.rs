@@ -1,6 +1,7 @@
 //! Membership verification benchmarks (issue 14): one signed record, and a full roster of
 //! 4096 signed members decoded and merged (every record verified) into a fresh table, the
-//! same under the default learning budget, and the steady state (the same roster again:
+//! same with the checks run on the machine's cores as the drivers run them, the same under
+//! the default learning budget, and the steady state (the same roster again:
 //! no signature check). Figures and commands: docs/benchmarks.md, "Membership".
 
 use std::hint::black_box;
@@ -91,6 +92,50 @@ fn roster_4096(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    // What both drivers do with a fetched roster: decode, plan the checks, verify the
+    // parts on the machine's cores (scoped threads, as `peerblock_common::roster::
+    // verify_on_threads`), merge the results.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    g.bench_function("decode_verify_all_threads", |b| {
+        b.iter_batched(
+            || table(all.clone()),
+            |mut t| {
+                let r = Roster::from_json(&json).unwrap();
+                let checks = t.plan_checks(Instant::ZERO, "10.0.0.0:7070", &r);
+                let mut parts = checks.split(threads).into_iter();
+                let first = parts.next().unwrap_or_default();
+                let verified: Vec<_> = std::thread::scope(|s| {
+                    let others: Vec<_> = parts.map(|p| s.spawn(move || p.verify())).collect();
+                    let mut out = vec![first.verify()];
+                    out.extend(others.into_iter().map(|h| h.join().unwrap()));
+                    out
+                });
+                let rep =
+                    t.merge_verified(Instant::ZERO, "10.0.0.0:7070", &responder, &r, verified);
+                assert_eq!(rep.added + rep.dropped, MAX_ROSTER_MEMBERS);
+                black_box(t)
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    for k in [1usize, 2] {
+        g.bench_function(format!("verify_only_{k}_parts_sequential"), |b| {
+            let r = Roster::from_json(&json).unwrap();
+            b.iter_batched(
+                || {
+                    table(all.clone())
+                        .plan_checks(Instant::ZERO, "10.0.0.0:7070", &r)
+                        .split(k)
+                },
+                |parts| {
+                    for p in parts {
+                        black_box(p.verify());
+                    }
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
     g.bench_function("decode_verify_default_budget", |b| {
         b.iter_batched(
             || table(MembershipPolicy::default()),

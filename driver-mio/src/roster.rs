@@ -5,24 +5,27 @@
 //!   that call only);
 //! - `RefreshEvent::Fetch { addr, member }` → a roster fetch through the client (the
 //!   breaker's roster path, identifying this node as `Membership::me`), whose ending is
-//!   posted back to `handle_answer(now, addr, &ending, &mut membership)`;
+//!   posted back to `handle_answer(now, addr, &ending, &mut membership)`; for a roster,
+//!   the signature checks core plans (`Membership::plan_checks`) first run on every core
+//!   on the service's verifier thread, never on the worker's loop, and come back to
+//!   `handle_verified_answer`;
 //! - `RefreshEvent::Cancel { addr }` → that fetch is cancelled;
 //! - [`RosterService::shutdown`] → `Refresh::cancel`, every fetch cancelled.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use peerblock_common::client::{peer_id_for_addr, Fetched};
-use peerblock_common::roster::peer_id_for_member;
+use peerblock_common::client::{peer_id_for_addr, Fetched, OutcomeClass};
+use peerblock_common::roster::{peer_id_for_member, verify_on_threads, verify_threads};
 use peerblock_common::SharedMembership;
 use peerblock_core::client::{Caller, Ending};
 use peerblock_core::roster::{
-    AnswerOutcome, Refresh, RefreshConfig, RefreshConfigError, RefreshEvent,
+    AnswerOutcome, Checks, Refresh, RefreshConfig, RefreshConfigError, RefreshEvent, Verified,
 };
 
 use crate::client::{Client, RequestHandle};
-use crate::worker::{After, Entry, Key, Ready, Runtime, Worker};
+use crate::worker::{After, Entry, Key, Ready, Remote, Runtime, Worker};
 
 /// What the service and its handle share: answers counted, and whether it has ended.
 #[derive(Default)]
@@ -71,6 +74,7 @@ impl RosterService {
                 fetches: HashMap::new(),
                 next_fetch: 0,
                 progress: p,
+                verifier: None,
             };
             let key = w.insert(Entry::Roster(Box::new(task)));
             *k.lock().unwrap_or_else(|e| e.into_inner()) = Some(key);
@@ -160,6 +164,19 @@ pub(crate) struct RosterTask {
     fetches: HashMap<String, (u64, RequestHandle)>,
     next_fetch: u64,
     progress: Arc<Progress>,
+    /// The verifier thread's queue ([`RosterTask::verifier`]), once started.
+    verifier: Option<mpsc::Sender<VerifyJob>>,
+}
+
+/// A roster's planned signature checks, sent to the verifier thread with what the merge
+/// needs once they are run.
+struct VerifyJob {
+    checks: Checks,
+    addr: String,
+    ending: Ending,
+    class: OutcomeClass,
+    back: Remote,
+    key: Key,
 }
 
 impl RosterTask {
@@ -252,15 +269,104 @@ impl RosterTask {
         }
         // A request that ended before any exchange has no ending: no roster.
         let ending = fetched.ending.unwrap_or(Ending::Cancelled);
+        // A roster's signed records are verified on every core by a thread of its own,
+        // never on this worker's loop (a full roster of new records is tens of
+        // milliseconds of checks) and without holding the membership; the results come
+        // back to `on_verified`.
+        if let Ending::Roster(answer) = &ending {
+            let checks = self
+                .membership
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .plan_checks(w.now(), &addr, &answer.roster);
+            if !checks.is_empty() {
+                let job = VerifyJob {
+                    checks,
+                    addr,
+                    ending,
+                    class: fetched.class,
+                    back: w.me(),
+                    key,
+                };
+                match self.verifier() {
+                    Some(tx) => match tx.send(job) {
+                        Ok(()) => return After::Unchanged,
+                        // The verifier is gone: the merge checks the records itself.
+                        Err(mpsc::SendError(job)) => {
+                            return self.merge(w, key, job.addr, job.ending, job.class, None)
+                        }
+                    },
+                    None => return self.merge(w, key, job.addr, job.ending, job.class, None),
+                }
+            }
+        }
+        self.merge(w, key, addr, ending, fetched.class, None)
+    }
+
+    /// The service's verifier thread, started on first use: it runs each roster's
+    /// checks on every core ([`verify_on_threads`]) and posts the results back to this
+    /// worker's [`merge`](Self::merge). Jobs are bounded by the refresh's fetches in
+    /// flight (one per answer); the thread ends when the task is dropped. `None` when no
+    /// thread could be started.
+    fn verifier(&mut self) -> Option<&mpsc::Sender<VerifyJob>> {
+        if self.verifier.is_none() {
+            let (tx, rx) = mpsc::channel::<VerifyJob>();
+            let spawned = std::thread::Builder::new()
+                .name("peerblock-verify".into())
+                .spawn(move || {
+                    for job in rx {
+                        let VerifyJob {
+                            checks,
+                            addr,
+                            ending,
+                            class,
+                            back,
+                            key,
+                        } = job;
+                        let verified = verify_on_threads(checks, verify_threads());
+                        back.run(move |w| {
+                            w.with_entry(key, |w, key, entry| match entry {
+                                Entry::Roster(r) => {
+                                    r.merge(w, key, addr, ending, class, Some(verified))
+                                }
+                                _ => After::Unchanged,
+                            })
+                        });
+                    }
+                });
+            if spawned.is_ok() {
+                self.verifier = Some(tx);
+            }
+        }
+        self.verifier.as_ref()
+    }
+
+    /// Merges a fetch's ending, with the roster's signature checks already run when
+    /// `verified` holds their results.
+    fn merge(
+        &mut self,
+        w: &mut Worker,
+        key: Key,
+        addr: String,
+        ending: Ending,
+        class: OutcomeClass,
+        verified: Option<Vec<Verified>>,
+    ) -> After {
         let now = w.now();
         {
             let mut m = self.membership.lock().unwrap_or_else(|e| e.into_inner());
-            match self.refresh.handle_answer(now, &addr, &ending, &mut m) {
+            let outcome = match verified {
+                Some(v) => self
+                    .refresh
+                    .handle_verified_answer(now, &addr, &ending, &mut m, v),
+                None => self.refresh.handle_answer(now, &addr, &ending, &mut m),
+            };
+            match outcome {
                 AnswerOutcome::Merged(report) => {
                     tracing::debug!(addr = %addr, ?report, members = m.len(), "roster merged")
                 }
                 AnswerOutcome::Failed => {
-                    tracing::debug!(addr = %addr, outcome = %fetched.class.name(), "roster fetch failed")
+                    tracing::debug!(addr = %addr, outcome = %class.name(), "roster fetch failed")
                 }
                 AnswerOutcome::Ignored => {}
             }

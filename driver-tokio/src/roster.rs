@@ -9,7 +9,10 @@
 //! - `RefreshEvent::Fetch { addr, member }` → a task running
 //!   [`Client::fetch_roster`]`(addr, member, Some(our caller))` (the breaker's roster path;
 //!   our caller is `Membership::me`, so the peer learns us) → its ending goes to
-//!   `handle_answer(now, addr, &ending, &mut membership)`, which merges a roster;
+//!   `handle_answer(now, addr, &ending, &mut membership)`, which merges a roster; for a
+//!   roster, the signature checks core plans (`Membership::plan_checks`) are first run on
+//!   every core in a blocking task ([`verify_on_threads`]) and the results handed over
+//!   with `handle_verified_answer`, so the membership is not held while they run;
 //! - `RefreshEvent::Cancel { addr }` → that fetch's task is aborted (its ticket settled);
 //! - a shutdown signal → `Refresh::cancel`, every fetch aborted, the task ends.
 //!
@@ -29,6 +32,7 @@ use tokio::task::JoinHandle;
 
 use crate::client::{peer_id_for_addr, Client, Fetched};
 use crate::SharedMembership;
+use peerblock_common::roster::{verify_on_threads, verify_threads};
 
 /// Answers in the service's channel: one per fetch in flight, at most
 /// [`MAX_REFRESH_IN_FLIGHT`].
@@ -159,9 +163,31 @@ async fn run(
                 // A request that ended before any exchange (no connection slot) has no
                 // ending of its own: the refresh hears a cancellation, i.e. no roster.
                 let ending = fetched.ending.unwrap_or(Ending::Cancelled);
+                // A roster's signed records are verified on every core, off the runtime's
+                // threads and without holding the membership (a full roster of 4,096 new
+                // records is tens of milliseconds of checks); then merged with the results.
+                let verified = match &ending {
+                    Ending::Roster(answer) => {
+                        let checks = lock().plan_checks(client.now(), &addr, &answer.roster);
+                        if checks.is_empty() {
+                            Some(vec![checks.verify()])
+                        } else {
+                            tokio::task::spawn_blocking(move || {
+                                verify_on_threads(checks, verify_threads())
+                            })
+                            .await
+                            .ok()
+                        }
+                    }
+                    _ => None,
+                };
                 let now = client.now();
                 let mut m = lock();
-                match refresh.handle_answer(now, &addr, &ending, &mut m) {
+                let outcome = match verified {
+                    Some(v) => refresh.handle_verified_answer(now, &addr, &ending, &mut m, v),
+                    None => refresh.handle_answer(now, &addr, &ending, &mut m),
+                };
+                match outcome {
                     AnswerOutcome::Merged(report) => {
                         tracing::debug!(addr = %addr, ?report, members = m.len(), "roster merged")
                     }

@@ -54,6 +54,7 @@ mod decode;
 pub mod record;
 mod refresh;
 mod table;
+mod verify;
 
 pub use record::{Attestation, NodeKey, RecordError, RecordFormatError, RecordSig};
 pub use refresh::{
@@ -65,9 +66,9 @@ pub use refresh::{
 pub use table::{
     ClaimRejection, LearnOutcome, Membership, MembershipMode, MembershipPolicy, MembershipStats,
     MergeReport, PolicyError, DEFAULT_LEARN_INTERVAL, DEFAULT_MAX_CHECKS_PER_SOURCE,
-    DEFAULT_MAX_NEW_PER_SOURCE, MAX_LEARN_INTERVAL, MAX_LEARN_SOURCES, MIN_VERIFY_BATCH,
-    VERIFY_CACHE_CAPACITY,
+    DEFAULT_MAX_NEW_PER_SOURCE, MAX_LEARN_INTERVAL, MAX_LEARN_SOURCES, VERIFY_CACHE_CAPACITY,
 };
+pub use verify::{Checks, Verified, MIN_PARALLEL_PART, MIN_VERIFY_BATCH};
 
 use serde::ser::SerializeStruct;
 use serde::Serialize;

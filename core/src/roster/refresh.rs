@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use rand_chacha::ChaCha8Rng;
 use rand_core::Rng;
 
-use super::{MemberProblem, Membership, MergeReport, MAX_ADDR_LEN};
+use super::{MemberProblem, Membership, MergeReport, Verified, MAX_ADDR_LEN};
 use crate::client::Ending;
 use crate::rng::{child_seed, seeded};
 use crate::time::{Deadline, Duration, Instant};
@@ -372,7 +372,10 @@ struct Target {
 ///   [`poll_timeout`](Self::poll_timeout).
 /// - Fetches: answer every [`RefreshEvent::Fetch`] exactly once with `handle_answer`, with
 ///   the exchange's [`Ending`] (`&outcome.ending`), unless a [`RefreshEvent::Cancel`] for
-///   that address came first; late, repeated or unknown answers are ignored. A fetch never
+///   that address came first; late, repeated or unknown answers are ignored. A driver that
+///   verifies a roster's signatures on threads of its own answers with
+///   [`handle_verified_answer`](Self::handle_verified_answer) instead (the same rules).
+///   A fetch never
 ///   answered is abandoned at its `fetch_timeout` ([`RefreshTimer::Fetch`], then a
 ///   `Cancel`).
 /// - Time: `handle_timeout(now, ..)` at or after the `poll_timeout` deadline; a spurious
@@ -512,6 +515,38 @@ impl Refresh {
         ending: &Ending,
         membership: &mut Membership,
     ) -> AnswerOutcome {
+        self.answer(now, addr, ending, membership, None)
+    }
+
+    /// As [`handle_answer`](Self::handle_answer), with the roster's signature checks
+    /// already run by the driver: `verified` holds the results of
+    /// [`Membership::plan_checks`]`(now, addr, &roster)` verified ([`Checks::verify`],
+    /// one [`Verified`] per part of [`Checks::split`]), handed to
+    /// [`Membership::merge_verified`]. This lets a driver verify a large roster on
+    /// threads of its own without holding the membership meanwhile. The rules are the
+    /// same; a record the results do not cover is checked in the merge.
+    ///
+    /// [`Checks::verify`]: super::Checks::verify
+    /// [`Checks::split`]: super::Checks::split
+    pub fn handle_verified_answer(
+        &mut self,
+        now: Instant,
+        addr: &str,
+        ending: &Ending,
+        membership: &mut Membership,
+        verified: Vec<Verified>,
+    ) -> AnswerOutcome {
+        self.answer(now, addr, ending, membership, Some(verified))
+    }
+
+    fn answer(
+        &mut self,
+        now: Instant,
+        addr: &str,
+        ending: &Ending,
+        membership: &mut Membership,
+        verified: Option<Vec<Verified>>,
+    ) -> AnswerOutcome {
         let now = self.clock(now);
         let Some(pos) = self.in_flight.iter().position(|f| f.addr == addr) else {
             return AnswerOutcome::Ignored;
@@ -523,7 +558,10 @@ impl Refresh {
                 // a responder id credits nobody first-hand: all of it is hearsay.
                 let responder = answer.responder.as_deref().unwrap_or("");
                 self.stats.merged += 1;
-                AnswerOutcome::Merged(membership.merge_from(now, addr, responder, &answer.roster))
+                AnswerOutcome::Merged(match verified {
+                    Some(v) => membership.merge_verified(now, addr, responder, &answer.roster, v),
+                    None => membership.merge_from(now, addr, responder, &answer.roster),
+                })
             }
             _ => {
                 self.stats.failed += 1;

@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::record::{verify_batch, verify_epoch, Attestation, Claimed, RecordError, RecordSig};
+use super::record::{verify_epoch, Attestation, RecordError, RecordSig};
+use super::verify::{Check, Checks, Verified};
 use super::{check_identity, MemberProblem, Roster, RosterMember, DEFAULT_WEIGHT};
 use crate::time::{Duration, Instant};
 
@@ -33,10 +34,6 @@ pub const MAX_LEARN_SOURCES: usize = 1024;
 /// oldest first. Records the table holds are recognised without the cache (a record equal
 /// to the one held costs no check).
 pub const VERIFY_CACHE_CAPACITY: usize = 4096;
-
-/// Fewest records a merge verifies as one batch: below it, one by one (a batch has a fixed
-/// cost of its own and gains little on a handful).
-pub const MIN_VERIFY_BATCH: usize = 8;
 
 /// Longest [`MembershipPolicy::learn_interval`]: one day.
 pub const MAX_LEARN_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -344,8 +341,12 @@ pub struct Membership {
     sources: BTreeMap<String, Window>,
     cache: BTreeSet<[u8; 32]>,
     cache_order: VecDeque<[u8; 32]>,
-    /// Digests a merge's batch verified, taken by its claims (empty between merges).
+    /// Digests a merge's planned checks verified, taken by its claims (empty between
+    /// merges).
     batch_ok: BTreeSet<[u8; 32]>,
+    /// Digests a merge's planned checks found bad, with why (empty between merges): the
+    /// claim is rejected without checking the record a second time.
+    batch_bad: BTreeMap<[u8; 32], RecordError>,
     stats: MembershipStats,
 }
 
@@ -368,6 +369,7 @@ impl Membership {
             cache: BTreeSet::new(),
             cache_order: VecDeque::new(),
             batch_ok: BTreeSet::new(),
+            batch_bad: BTreeMap::new(),
             stats: MembershipStats::default(),
         })
     }
@@ -547,13 +549,80 @@ impl Membership {
     }
 
     /// Merges a roster fetched from `source` (the address asked: the budget of new members
-    /// is per source) whose `X-DART-Node` header named `responder`.
+    /// is per source) whose `X-DART-Node` header named `responder`. The signature checks
+    /// run here, on the caller's thread: [`plan_checks`](Self::plan_checks), then
+    /// [`Checks::verify`], then [`merge_verified`](Self::merge_verified). A driver that
+    /// wants them on threads of its own makes those three calls itself.
     pub fn merge_from(
         &mut self,
         now: Instant,
         source: &str,
         responder: &str,
         roster: &Roster,
+    ) -> MergeReport {
+        let verified = self.plan_checks(now, source, roster).verify();
+        self.merge_verified(now, source, responder, roster, [verified])
+    }
+
+    /// The records of `roster` whose signatures a merge from `source` at `now` needs
+    /// checked: signed, valid in shape, newer than the record held, not cached, and for
+    /// new members only within the source's remaining budget of new members; at most the
+    /// source's remaining budget of checks. Nothing is charged or changed but the
+    /// source's learning window (opened or renewed at `now`); the checks are charged when
+    /// their results are merged. A steady-state exchange plans none.
+    pub fn plan_checks(&mut self, now: Instant, source: &str, roster: &Roster) -> Checks {
+        let (mut remaining, checks) = self.remaining_budget(now, source);
+        let mut items = Vec::new();
+        for m in &roster.members {
+            if items.len() >= checks {
+                break;
+            }
+            let Attestation::Signed(r) = &m.record else {
+                continue;
+            };
+            if m.id == self.me.id || m.check().is_err() {
+                continue;
+            }
+            match self.peers.get(&m.id) {
+                Some(e) => {
+                    if e.record.is_some_and(|h| r.seq <= h.seq) {
+                        continue;
+                    }
+                }
+                None if remaining == 0 => continue,
+                None => remaining -= 1,
+            }
+            let digest = r.digest(&m.id, &m.addr, m.weight);
+            if self.cache.contains(&digest) {
+                continue;
+            }
+            items.push(Check {
+                id: m.id.clone(),
+                addr: m.addr.clone(),
+                weight: m.weight,
+                record: *r,
+                digest,
+            });
+        }
+        Checks { items }
+    }
+
+    /// Merges `roster` (as [`merge_from`](Self::merge_from)) with the results of the
+    /// checks [`plan_checks`](Self::plan_checks) planned for it, verified wherever the
+    /// driver chose ([`Checks::verify`], one [`Verified`] per part of
+    /// [`Checks::split`]). Each checked record is charged once to `source`'s check budget
+    /// and counted in [`MembershipStats::signature_checks`]; a record that verified is
+    /// taken without a second check and one that failed is rejected without one. A record
+    /// the results do not cover is checked here, one by one, under the same rules.
+    /// Results planned for another roster or an earlier state are harmless: a digest
+    /// names one exact record, and a record's signature verifies or not once and for all.
+    pub fn merge_verified(
+        &mut self,
+        now: Instant,
+        source: &str,
+        responder: &str,
+        roster: &Roster,
+        verified: impl IntoIterator<Item = Verified>,
     ) -> MergeReport {
         let mut report = MergeReport::default();
         let newer = roster.epoch > self.epoch && {
@@ -569,7 +638,12 @@ impl Membership {
             }
             signed
         };
-        self.verify_ahead(now, source, roster);
+        for v in verified {
+            self.stats.signature_checks += v.records as u64;
+            self.window(now, source).checks += v.records;
+            self.batch_ok.extend(v.good);
+            self.batch_bad.extend(v.bad);
+        }
         for m in &roster.members {
             if m.id == self.me.id || m.check().is_err() {
                 continue;
@@ -594,62 +668,13 @@ impl Membership {
             }
         }
         self.batch_ok.clear();
+        self.batch_bad.clear();
         if newer {
             self.epoch = roster.epoch;
             self.epoch_sig = roster.epoch_sig;
             report.epoch_advanced = true;
         }
         report
-    }
-
-    /// Verifies in one batch the records of `roster` that the claims will need verified
-    /// (signed, not older than or equal to the record held, not cached, new members only
-    /// within the source's remaining budget), so that the claims find them verified. A
-    /// batch that fails marks nothing: the claims then verify one by one and find the bad
-    /// records. Rules are unchanged: this only moves the checks ahead.
-    fn verify_ahead(&mut self, now: Instant, source: &str, roster: &Roster) {
-        let (mut remaining, checks) = self.remaining_budget(now, source);
-        let mut wanted: Vec<(Claimed<'_>, [u8; 32])> = Vec::new();
-        for m in &roster.members {
-            if wanted.len() >= checks {
-                break;
-            }
-            let Attestation::Signed(r) = &m.record else {
-                continue;
-            };
-            if m.id == self.me.id || m.check().is_err() {
-                continue;
-            }
-            match self.peers.get(&m.id) {
-                Some(e) => {
-                    if e.record.is_some_and(|h| r.seq <= h.seq) {
-                        continue;
-                    }
-                }
-                None if remaining == 0 => continue,
-                None => remaining -= 1,
-            }
-            let digest = r.digest(&m.id, &m.addr, m.weight);
-            if self.cache.contains(&digest) {
-                continue;
-            }
-            let claim = Claimed {
-                record: r,
-                id: &m.id,
-                addr: &m.addr,
-                weight: m.weight,
-            };
-            wanted.push((claim, digest));
-        }
-        if wanted.len() < MIN_VERIFY_BATCH {
-            return;
-        }
-        let claims: Vec<Claimed<'_>> = wanted.iter().map(|(c, _)| *c).collect();
-        if verify_batch(&claims) {
-            self.stats.signature_checks += wanted.len() as u64;
-            self.window(now, source).checks += wanted.len();
-            self.batch_ok.extend(wanted.iter().map(|(_, d)| *d));
-        }
     }
 
     /// New members and signature checks `source` may still spend in its current window.
@@ -762,6 +787,9 @@ impl Membership {
         if self.cache.contains(&digest) {
             self.stats.cache_hits += 1;
             return Ok(());
+        }
+        if let Some(e) = self.batch_bad.remove(&digest) {
+            return Err(VerifyFail::Record(e));
         }
         if !self.batch_ok.remove(&digest) {
             let max = self.policy.max_checks_per_source;
