@@ -48,6 +48,45 @@ pub fn load_or_create_key(path: &Path) -> Result<(NodeKey, bool), NodeError> {
     }
 }
 
+/// Creates a new key file at `path` (owner-only, never over an existing file).
+pub fn create_key(path: &Path) -> Result<NodeKey, NodeError> {
+    match load_or_create_key(path)? {
+        (key, true) => Ok(key),
+        (_, false) => Err(NodeError::Failed(format!(
+            "key file {} already exists (remove it first to replace the key)",
+            path.display()
+        ))),
+    }
+}
+
+/// Reads an existing key file (refused if others can read it).
+pub fn read_key(path: &Path) -> Result<NodeKey, NodeError> {
+    let text = std::fs::read_to_string(path).map_err(|e| io("cannot read key file", path, e))?;
+    parse_key_file(path, &text)
+}
+
+/// `key new`, `key show` and `key sign-epoch`: what they print on stdout.
+pub fn key_command(cmd: &crate::node::KeyCommand) -> Result<String, NodeError> {
+    use crate::node::KeyCommand;
+    Ok(match cmd {
+        KeyCommand::New { file } => describe(&create_key(file)?),
+        KeyCommand::Show { file } => describe(&read_key(file)?),
+        KeyCommand::SignEpoch { key, epoch } => {
+            let k = read_key(key)?;
+            let sig = peerblock_core::roster::record::sign_epoch(&k, *epoch);
+            format!(
+                "# [roster] lines for nodes with authority_key = \"{}\"\nepoch = {epoch}\nepoch_signature = \"{}\"\n",
+                hex(&k.public()),
+                hex(&sig)
+            )
+        }
+    })
+}
+
+fn describe(k: &NodeKey) -> String {
+    format!("public_key = \"{}\"\nid = \"{}\"\n", hex(&k.public()), k.id())
+}
+
 fn parse_key_file(path: &Path, text: &str) -> Result<NodeKey, NodeError> {
     #[cfg(unix)]
     {

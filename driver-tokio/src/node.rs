@@ -116,6 +116,41 @@ pub enum Command {
     /// Run a simulator scenario for real on this machine: one `serve` process per node on
     /// its own 127.1.x.y address, the readers in-process, the simulator's report and JSON.
     Swarm(SwarmArgs),
+    /// Manage Ed25519 keys: a node's key file, or the cluster authority's key that signs
+    /// epochs (docs/security.md, key management).
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+/// `key` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Create a new key file (64 hex digits of a secret seed drawn from the OS, owner-only
+    /// permissions, never overwriting a file) and print its public key and the id it
+    /// certifies. A node creates its own on first start; use this for an authority key.
+    New {
+        /// The key file to create.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Print a key file's public key (`authority_key` for the nodes' config, when it is
+    /// the authority's) and the id it certifies.
+    Show {
+        /// The key file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Sign an epoch with the authority's key: prints the `[roster]` lines `epoch` and
+    /// `epoch_signature` for the nodes' config. Nodes configured with the key's public
+    /// key as `authority_key` adopt the epoch from any peer that serves it.
+    SignEpoch {
+        /// The authority's key file.
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// The epoch to sign (1 to 2^64-1).
+        #[arg(value_name = "EPOCH", value_parser = clap::value_parser!(u64).range(1..))]
+        epoch: u64,
+    },
 }
 
 /// `swarm` arguments.

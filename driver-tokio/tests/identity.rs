@@ -52,3 +52,85 @@ fn every_start_signs_a_higher_sequence_number() {
     std::fs::remove_file(seq_path(&path)).unwrap();
     assert!(next_seq(&path).unwrap() > 1_700_000_000);
 }
+
+/// Runs `peerblock-node key ARGS` and returns (exit code, stdout, stderr).
+fn key_cmd(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(common::procs::BIN)
+        .arg("key")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The quoted value of `name = "..."` in `text`.
+fn value<'a>(text: &'a str, name: &str) -> &'a str {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} = ")))
+        .unwrap_or_else(|| panic!("no {name} in {text}"));
+    line.split('"').nth(1).unwrap()
+}
+
+#[test]
+fn key_new_creates_an_owner_only_key_once_and_key_show_prints_the_same_identity() {
+    let dir = TempDir::new("key-cli");
+    let path = dir.join("authority.key");
+    let p = path.to_str().unwrap();
+    let (code, new, err) = key_cmd(&["new", p]);
+    assert_eq!(code, 0, "{err}");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(value(&new, "public_key").len(), 64);
+    assert_eq!(value(&new, "id").len(), 64);
+    let (code, show, err) = key_cmd(&["show", p]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(show, new);
+    // Never over an existing key: the file and its key stay as they were.
+    let (code, _, err) = key_cmd(&["new", p]);
+    assert_eq!(code, 1);
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(key_cmd(&["show", p]).1, new);
+}
+
+#[test]
+fn key_sign_epoch_prints_config_lines_that_a_node_with_the_authority_key_accepts() {
+    let dir = TempDir::new("key-epoch");
+    let path = dir.join("authority.key");
+    let p = path.to_str().unwrap();
+    let (_, new, _) = key_cmd(&["new", p]);
+    let (code, lines, err) = key_cmd(&["sign-epoch", "--key", p, "42"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(lines.contains("\nepoch = 42\n"), "{lines}");
+    let toml = format!(
+        "[roster]\nauthority_key = \"{}\"\n{lines}",
+        value(&new, "public_key")
+    );
+    let config = peerblock_tokio::config::NodeConfig::from_toml_str(&toml).unwrap();
+    let (epoch, sig) = config.signed_epoch().unwrap();
+    assert_eq!(epoch, 42);
+    assert!(sig.is_some());
+    // The signature is over that epoch only: another epoch with it is refused.
+    let other = toml.replace("epoch = 42", "epoch = 43");
+    let e = peerblock_tokio::config::NodeConfig::from_toml_str(&other)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("roster.epoch_signature"), "{e}");
+}
+
+#[test]
+fn key_sign_epoch_refuses_epoch_zero_and_a_missing_key_file() {
+    let dir = TempDir::new("key-epoch-bad");
+    let missing = dir.join("nope.key");
+    let (code, _, err) = key_cmd(&["sign-epoch", "--key", missing.to_str().unwrap(), "1"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("nope.key"), "{err}");
+    let (code, _, err) = key_cmd(&["sign-epoch", "--key", missing.to_str().unwrap(), "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("EPOCH"), "{err}");
+}

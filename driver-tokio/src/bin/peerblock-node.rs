@@ -58,6 +58,10 @@ fn run(cli: Cli) -> Result<(), NodeError> {
             let plan = node::plan_swarm(&args)?;
             runtime()?.block_on(peerblock_tokio::swarm::swarm(plan))
         }
+        Command::Key(cmd) => {
+            print!("{}", peerblock_tokio::identity::key_command(&cmd)?);
+            Ok(())
+        }
     }
 }
 
