@@ -253,3 +253,89 @@ fn a_roster_service_shut_down_at_once_stops_at_once() {
     let dropped = peerblock_mio::RosterService::start(&rt, client, membership, config, 2).unwrap();
     drop(dropped);
 }
+
+/// A fetched roster of signed members is verified off the worker (the service's verifier
+/// thread, split over the cores) and merged: every good record learned verified, every bad
+/// one rejected, each checked exactly once.
+#[test]
+fn a_fetched_roster_of_signed_members_is_verified_off_the_worker_and_learned() {
+    use peerblock_common::client::ClientOptions;
+    use peerblock_common::metrics::Metrics;
+    use peerblock_core::roster::{
+        Attestation, Membership, MembershipPolicy, NodeKey, RefreshConfig, Roster, RosterMember,
+        MIN_PARALLEL_PART,
+    };
+    use peerblock_testkit::conformance::canned::{self, Reply};
+    let n = 2 * MIN_PARALLEL_PART as u32 + 100;
+    let mut good = Vec::new();
+    let members = (0..n)
+        .map(|i| {
+            let mut seed = [13u8; 32];
+            seed[..4].copy_from_slice(&i.to_be_bytes());
+            let k = NodeKey::from_seed(&seed);
+            let addr = format!("m{i}.test:7070");
+            // Every 100th signs another address: its signature does not verify.
+            let signed = if i % 100 == 99 {
+                "elsewhere.test:7070".to_string()
+            } else {
+                good.push(k.id().to_owned());
+                addr.clone()
+            };
+            RosterMember {
+                record: Attestation::Signed(k.sign(&signed, 1.0, 1).unwrap()),
+                ..RosterMember::new(k.id(), addr, 1.0)
+            }
+        })
+        .collect();
+    let body = Roster {
+        epoch: 0,
+        epoch_sig: None,
+        members,
+    }
+    .to_json();
+    let responder = good[0].clone();
+    let server = canned::serve(move |_, _, _| {
+        let mut v = format!(
+            "HTTP/1.1 200 OK\r\nX-DART-Node: {responder}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        v.extend_from_slice(&body);
+        Reply::Bytes(v)
+    });
+    let rt = Runtime::new(2, Clock::new(std::time::Instant::now())).unwrap();
+    let client =
+        peerblock_mio::Client::new(&rt, ClientOptions::new(rt.clock(), Metrics::new())).unwrap();
+    let policy = MembershipPolicy {
+        max_new_per_source: n as usize,
+        max_checks_per_source: n as usize,
+        ..MembershipPolicy::default()
+    };
+    let membership = Arc::new(std::sync::Mutex::new(
+        Membership::new(RosterMember::new("me", "me.test:7070", 1.0), 0, 4095)
+            .unwrap()
+            .with_policy(policy)
+            .unwrap(),
+    ));
+    let config = RefreshConfig {
+        seeds: vec![server.addr.clone()],
+        interval: peerblock_core::time::Duration::from_secs(60),
+        jitter: peerblock_core::time::Duration::from_secs(1),
+        ..RefreshConfig::default()
+    };
+    let service =
+        peerblock_mio::RosterService::start(&rt, client, Arc::clone(&membership), config, 5)
+            .unwrap();
+    assert!(
+        service.wait_answers(1, Duration::from_secs(20)),
+        "no answer merged within 20 s"
+    );
+    {
+        let m = membership.lock().unwrap();
+        assert_eq!(m.len(), good.len());
+        assert!(good.iter().all(|id| m.record(id).is_some()));
+        assert_eq!(m.stats().bad_signature, (n - good.len() as u32) as u64);
+        assert_eq!(m.stats().signature_checks, n as u64);
+    }
+    service.shutdown();
+}
