@@ -180,12 +180,8 @@ impl TestClient for TokioClient {
             .block_on(self.client.fetch_block(peer, block, options))
     }
 
-    fn roster(&self, addr: &str, caller: Option<(&str, &str)>) -> Fetched {
-        let caller = caller.map(|(id, addr)| Caller {
-            id,
-            addr,
-            record: None,
-        });
+    fn roster(&self, addr: &str, caller: Option<(&str, &str, Option<&str>)>) -> Fetched {
+        let caller = caller.map(|(id, addr, record)| Caller { id, addr, record });
         self.rt()
             .block_on(self.client.fetch_roster(addr, None, caller))
     }

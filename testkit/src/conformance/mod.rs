@@ -167,9 +167,10 @@ pub trait TestClient: Send + Sync {
     /// One block request to `peer` ([`GetOptions`] as in both drivers' `fetch_block`).
     fn get(&self, peer: &Peer, block: BlockRequest<'_>, options: GetOptions) -> Fetched;
 
-    /// The roster of the node at `addr`, identifying as `caller` (`(id, addr)`) or
-    /// anonymously.
-    fn roster(&self, addr: &str, caller: Option<(&str, &str)>) -> Fetched;
+    /// The roster of the node at `addr`, identifying as `caller` (`(id, addr, record)`:
+    /// the record is the `X-Peerblock-Record` value, `RecordSig::to_header`, or `None`
+    /// for an unsigned caller) or anonymously.
+    fn roster(&self, addr: &str, caller: Option<(&str, &str, Option<&str>)>) -> Fetched;
 
     /// One read of `block` through core's read machine, with `candidates` as every
     /// lookup's answer. Successive reads of one client draw successive read seeds (as

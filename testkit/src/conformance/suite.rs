@@ -26,7 +26,7 @@ use peerblock_core::client::{
 use peerblock_core::http::{BodyLimit, ResponseDecoder, ResponseEvent, ResponseHead};
 use peerblock_core::placement::Key;
 use peerblock_core::read::{GetOutcome, LookupPeer, ReadConfig, ReadOutcome};
-use peerblock_core::roster::{Membership, RosterMember};
+use peerblock_core::roster::{Membership, NodeKey, RosterMember};
 use peerblock_core::server::{AdmissionConfig, RelayConfig, ServerConfig};
 use peerblock_core::wire::{BlockPath, Hop, ROSTER_PATH};
 
@@ -90,6 +90,9 @@ macro_rules! conformance_suite {
             a_client_that_never_reads_is_cut_at_the_send_timeout,
             the_roster_is_answered_from_the_membership_and_its_caller_is_learned,
             without_a_membership_the_roster_is_this_node_alone,
+            a_signed_caller_is_learned_verified,
+            an_unsigned_caller_never_moves_a_verified_member,
+            a_caller_record_signed_by_another_key_is_rejected,
             client_round_trip_gives_the_exact_bytes,
             a_404_is_a_miss_of_class_absent,
             a_chunked_body_is_read_correctly,
@@ -812,7 +815,7 @@ pub fn the_roster_is_answered_from_the_membership_and_its_caller_is_learned(d: &
     let client = d.client(ClientSpec::new());
     let got = client.roster(
         &server.addr().to_string(),
-        Some(("peer-8", "peer-8.test:7070")),
+        Some(("peer-8", "peer-8.test:7070", None)),
     );
     let answer = got.roster().unwrap_or_else(|| panic!("{}", got.describe()));
     assert_eq!(answer.responder.as_deref(), Some("srv"));
@@ -821,6 +824,102 @@ pub fn the_roster_is_answered_from_the_membership_and_its_caller_is_learned(d: &
         Some("peer-8.test:7070"),
         "client caller learned"
     );
+    server.shutdown(Duration::from_secs(1));
+}
+
+/// The key of signed test caller `n` (a fixed seed: the same key in every run).
+fn caller_key(n: u8) -> NodeKey {
+    NodeKey::from_seed(&[n; 32])
+}
+
+/// A signed caller (its record in `X-Peerblock-Record`, sent by the driver's client) is
+/// learned verified, with its record.
+pub fn a_signed_caller_is_learned_verified(d: &dyn Driver) {
+    let (_dir, store) = store_with("signed-caller", &[]);
+    let membership = membership_of_srv();
+    let table = Arc::clone(&membership);
+    let server = node(d, &store, move |s| s.membership = Some(table));
+    let k = caller_key(21);
+    let record = k
+        .sign("caller.test:7070", 1.0, 3)
+        .expect("sign")
+        .to_header(1.0);
+    let client = d.client(ClientSpec::new());
+    let got = client.roster(
+        &server.addr().to_string(),
+        Some((k.id(), "caller.test:7070", Some(&record))),
+    );
+    got.roster().unwrap_or_else(|| panic!("{}", got.describe()));
+    let table = membership.lock().unwrap();
+    assert_eq!(table.addr(k.id()), Some("caller.test:7070"));
+    assert_eq!(
+        table.record(k.id()).map(|r| r.seq),
+        Some(3),
+        "learned verified, with its record"
+    );
+    drop(table);
+    server.shutdown(Duration::from_secs(1));
+}
+
+/// Identity hijack: once a member is verified, an unsigned caller claiming its id from
+/// another address (over a raw socket) does not move it, and the refusal is counted.
+pub fn an_unsigned_caller_never_moves_a_verified_member(d: &dyn Driver) {
+    let (_dir, store) = store_with("hijack", &[]);
+    let membership = membership_of_srv();
+    let table = Arc::clone(&membership);
+    let server = node(d, &store, move |s| s.membership = Some(table));
+    let k = caller_key(22);
+    let record = k
+        .sign("victim.test:7070", 1.0, 1)
+        .expect("sign")
+        .to_header(1.0);
+    let mut c = Raw::connect(server.addr());
+    let id = k.id();
+    c.send(
+        format!(
+            "GET {ROSTER_PATH} HTTP/1.1\r\nHost: test\r\nX-DART-Node: {id}\r\nX-DART-Peer-Addr: victim.test:7070\r\nX-Peerblock-Record: {record}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.response().status(), 200);
+    let mut c = Raw::connect(server.addr());
+    c.send(
+        format!(
+            "GET {ROSTER_PATH} HTTP/1.1\r\nHost: test\r\nX-DART-Node: {id}\r\nX-DART-Peer-Addr: impostor.test:7070\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.response().status(), 200, "answered, but not learned");
+    let table = membership.lock().unwrap();
+    assert_eq!(table.addr(id), Some("victim.test:7070"), "not moved");
+    assert_eq!(table.stats().unverified_refused, 1);
+    drop(table);
+    server.shutdown(Duration::from_secs(1));
+}
+
+/// A caller claiming an id with a record signed by another key (an impostor signing with
+/// its own key) is not learned, and the refusal is counted as `wrong-key`.
+pub fn a_caller_record_signed_by_another_key_is_rejected(d: &dyn Driver) {
+    let (_dir, store) = store_with("wrong-key", &[]);
+    let membership = membership_of_srv();
+    let table = Arc::clone(&membership);
+    let server = node(d, &store, move |s| s.membership = Some(table));
+    let victim = caller_key(23);
+    let impostor = caller_key(24);
+    let record = impostor
+        .sign("impostor.test:7070", 1.0, 9)
+        .expect("sign")
+        .to_header(1.0);
+    let client = d.client(ClientSpec::new());
+    let got = client.roster(
+        &server.addr().to_string(),
+        Some((victim.id(), "impostor.test:7070", Some(&record))),
+    );
+    got.roster().unwrap_or_else(|| panic!("{}", got.describe()));
+    let table = membership.lock().unwrap();
+    assert_eq!(table.addr(victim.id()), None, "not learned");
+    assert_eq!(table.stats().wrong_key, 1);
+    drop(table);
     server.shutdown(Duration::from_secs(1));
 }
 
