@@ -208,7 +208,10 @@ fn set_signed_epoch_refuses_another_keys_signature_and_a_table_without_authority
     assert_eq!(t.epoch(), 0);
     assert_eq!(t.snapshot().epoch_sig, None);
     let mut open = table_with(MembershipPolicy::default());
-    assert_eq!(open.set_signed_epoch(5, sign_epoch(&authority(), 5)), Err(()));
+    assert_eq!(
+        open.set_signed_epoch(5, sign_epoch(&authority(), 5)),
+        Err(())
+    );
     assert_eq!(open.epoch(), 0);
 }
 
@@ -280,7 +283,12 @@ fn the_plan_skips_unsigned_members_our_own_id_and_malformed_members() {
 #[test]
 fn the_plan_skips_records_not_newer_than_the_one_held_and_keeps_newer_ones() {
     let mut t = table_with(generous());
-    t.merge_from(T0, SRC, "", &roster((0..4).map(|i| signed_seq(i, 5)).collect()));
+    t.merge_from(
+        T0,
+        SRC,
+        "",
+        &roster((0..4).map(|i| signed_seq(i, 5)).collect()),
+    );
     let r = roster(vec![
         signed_seq(0, 4), // older
         signed_seq(1, 5), // the one held

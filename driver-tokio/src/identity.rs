@@ -84,7 +84,11 @@ pub fn key_command(cmd: &crate::node::KeyCommand) -> Result<String, NodeError> {
 }
 
 fn describe(k: &NodeKey) -> String {
-    format!("public_key = \"{}\"\nid = \"{}\"\n", hex(&k.public()), k.id())
+    format!(
+        "public_key = \"{}\"\nid = \"{}\"\n",
+        hex(&k.public()),
+        k.id()
+    )
 }
 
 fn parse_key_file(path: &Path, text: &str) -> Result<NodeKey, NodeError> {
