@@ -107,6 +107,7 @@ fn split_parts_are_near_equal_in_order_and_never_below_the_minimum_part() {
     let mut t = table();
     let checks = t.plan_checks(T0, "src.test:7070", &r);
     assert_eq!(checks.len(), n as usize);
+    assert!(!checks.is_empty());
     let parts = checks.clone().split(4);
     // 773 records allow 3 parts of at least 256, not 4.
     let sizes: Vec<usize> = parts.iter().map(Checks::len).collect();
