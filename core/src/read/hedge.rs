@@ -106,4 +106,13 @@ mod tests {
         }
         assert_eq!(h.delay(), Duration::from_secs(1));
     }
+
+    #[test]
+    fn exactly_the_minimum_samples_replace_the_ceiling() {
+        let mut h = HedgeEstimator::new(Duration::from_secs(1));
+        for _ in 0..HEDGE_MIN_SAMPLES {
+            h.observe(Duration::from_millis(200));
+        }
+        assert_eq!(h.delay(), Duration::from_millis(200));
+    }
 }
