@@ -300,7 +300,12 @@ mod tests {
         let mut b = TokenBucket::new(PaceConfig::with_rate(1_000_000), ms(0)).unwrap();
         let mut now = ms(0);
         let mut sent = 0u64;
+        // About 2,500 grants and as many waits; a bucket that neither grants bytes nor
+        // moves the clock fails here instead of hanging the test.
+        let mut steps = 0u32;
         while now < ms(10_000) {
+            steps += 1;
+            assert!(steps < 100_000, "no progress after {steps} steps: sent {sent}");
             match b.take(now, 1 << 20) {
                 Grant::Now(n) => sent += n,
                 Grant::Wait(at) => now = at,
