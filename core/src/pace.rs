@@ -305,7 +305,10 @@ mod tests {
         let mut steps = 0u32;
         while now < ms(10_000) {
             steps += 1;
-            assert!(steps < 100_000, "no progress after {steps} steps: sent {sent}");
+            assert!(
+                steps < 100_000,
+                "no progress after {steps} steps: sent {sent}"
+            );
             match b.take(now, 1 << 20) {
                 Grant::Now(n) => sent += n,
                 Grant::Wait(at) => now = at,

@@ -167,4 +167,51 @@ mod tests {
         let want: Vec<PeerId> = (0..MAX_CANDIDATES as u64).map(PeerId::from_u64).collect();
         assert_eq!(ids, want);
     }
+
+    #[test]
+    fn get_finds_a_known_candidate_with_what_it_told_and_nothing_else() {
+        let key = Key::from_u64(0);
+        let mut c = Candidates::default();
+        c.insert(&key, PeerId::from_u64(3), Some(7));
+        c.set(&PeerId::from_u64(3), Tried::NotFound);
+        let got = c.get(&PeerId::from_u64(3)).expect("known");
+        assert_eq!(got.peer, PeerId::from_u64(3));
+        assert_eq!((got.tried, got.key_load), (Tried::NotFound, Some(7)));
+        assert!(c.get(&PeerId::from_u64(4)).is_none());
+    }
+
+    #[test]
+    fn a_full_list_gives_the_farthest_free_place_to_a_nearer_newcomer() {
+        // 32 peers at even ids, all mid-GET but the farthest (62, at index 31). A newcomer
+        // (61) whose place is exactly that index takes it: the farthest free peer goes.
+        let key = Key::from_u64(0);
+        let mut c = Candidates::default();
+        for n in 0..MAX_CANDIDATES as u64 {
+            c.insert(&key, PeerId::from_u64(2 * n), None);
+        }
+        for i in 0..MAX_CANDIDATES - 1 {
+            c.set_at(i, Tried::InFlight);
+        }
+        c.insert(&key, PeerId::from_u64(61), None);
+        assert_eq!(c.len(), MAX_CANDIDATES);
+        assert_eq!(c.as_slice()[MAX_CANDIDATES - 1].peer, PeerId::from_u64(61));
+        assert!(c.get(&PeerId::from_u64(62)).is_none());
+        // A newcomer farther than every peer it could displace is not taken.
+        c.set_at(MAX_CANDIDATES - 1, Tried::InFlight);
+        c.insert(&key, PeerId::from_u64(59), None);
+        assert!(
+            c.get(&PeerId::from_u64(59)).is_none(),
+            "every peer is mid-GET"
+        );
+    }
+
+    #[test]
+    fn the_list_spills_once_straight_to_its_bound() {
+        let key = Key::from_u64(0);
+        let mut c = Candidates::default();
+        for n in 0..=INLINE_CANDIDATES as u64 {
+            c.insert(&key, PeerId::from_u64(n), None);
+        }
+        assert_eq!(c.list.capacity(), MAX_CANDIDATES);
+    }
 }
