@@ -206,6 +206,23 @@ mod tests {
     }
 
     #[test]
+    fn not_found_nearer_than_counts_only_strictly_nearer_peers() {
+        let key = Key::from_u64(0);
+        let mut c = Candidates::default();
+        for n in 0..4 {
+            c.insert(&key, PeerId::from_u64(n), None);
+            c.set(&PeerId::from_u64(n), Tried::NotFound);
+        }
+        let third = key.distance(&PeerId::from_u64(2));
+        assert_eq!(
+            c.not_found_nearer_than(&third),
+            2,
+            "peers 0 and 1, not 2 itself"
+        );
+        assert_eq!(c.not_found(), 4);
+    }
+
+    #[test]
     fn the_list_spills_once_straight_to_its_bound() {
         let key = Key::from_u64(0);
         let mut c = Candidates::default();
