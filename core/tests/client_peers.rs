@@ -342,3 +342,34 @@ fn finish_hands_back_the_ending_it_derived_the_get_outcome_from() {
     assert_eq!(f.get, GetOutcome::Failed);
     assert!(matches!(f.ending, Ending::Failed(ExchangeError::Closed)));
 }
+
+#[test]
+fn a_ticket_names_the_peer_and_path_it_admitted() {
+    let mut p = peers();
+    let t = p.admit(secs(0), peer(7), BreakerPath::Roster).unwrap();
+    assert_eq!(t.peer(), &peer(7));
+    assert_eq!(t.path(), BreakerPath::Roster);
+    p.abandon(secs(0), t);
+}
+
+#[test]
+fn the_configuration_in_force_is_the_one_given() {
+    let config = PeersConfig {
+        breaker: Some(BreakerConfig {
+            cooldown: Duration::from_secs(10),
+            half_open_probes: 1,
+            ..BreakerConfig::default()
+        }),
+        ..PeersConfig::default()
+    };
+    let p = Peers::new(config.clone()).unwrap();
+    assert_eq!(p.config(), &config);
+}
+
+#[test]
+fn a_load_recorded_at_the_response_head_is_what_the_view_reports() {
+    let mut p = peers();
+    assert_eq!(p.load(secs(0), &peer(3)), None);
+    p.record_load(secs(0), peer(3), 17);
+    assert_eq!(p.load(secs(0), &peer(3)), Some(17));
+}
