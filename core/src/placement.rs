@@ -266,6 +266,20 @@ mod tests {
     }
 
     #[test]
+    fn ids_and_keys_print_their_first_four_bytes_in_hex() {
+        let mut b = [0u8; 32];
+        b[..5].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef, 0x01]);
+        let (p, k) = (PeerId(b), Key(b));
+        assert_eq!(p.to_string(), "deadbeef…");
+        assert_eq!(format!("{p:?}"), "PeerId(deadbeef…)");
+        assert_eq!(k.to_string(), "deadbeef…");
+        assert_eq!(format!("{k:?}"), "Key(deadbeef…)");
+        assert_eq!(p.to_hex().len(), 64);
+        assert!(p.to_hex().starts_with("deadbeef01"));
+        assert_eq!(k.to_hex(), p.to_hex());
+    }
+
+    #[test]
     fn xor_distance_orders_nearest_first() {
         let key = Key::from_u64(0b1000);
         let peers: Vec<PeerId> = [0b1001u64, 0b0000, 0b1000, 0b1111]
