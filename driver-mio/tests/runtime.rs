@@ -262,47 +262,13 @@ fn a_fetched_roster_of_signed_members_is_verified_off_the_worker_and_learned() {
     use peerblock_common::client::ClientOptions;
     use peerblock_common::metrics::Metrics;
     use peerblock_core::roster::{
-        Attestation, Membership, MembershipPolicy, NodeKey, RefreshConfig, Roster, RosterMember,
-        MIN_PARALLEL_PART,
+        Membership, MembershipPolicy, RefreshConfig, RosterMember, MIN_PARALLEL_PART,
     };
     use peerblock_testkit::conformance::canned::{self, Reply};
     let n = 2 * MIN_PARALLEL_PART as u32 + 100;
-    let mut good = Vec::new();
-    let members = (0..n)
-        .map(|i| {
-            let mut seed = [13u8; 32];
-            seed[..4].copy_from_slice(&i.to_be_bytes());
-            let k = NodeKey::from_seed(&seed);
-            let addr = format!("m{i}.test:7070");
-            // Every 100th signs another address: its signature does not verify.
-            let signed = if i % 100 == 99 {
-                "elsewhere.test:7070".to_string()
-            } else {
-                good.push(k.id().to_owned());
-                addr.clone()
-            };
-            RosterMember {
-                record: Attestation::Signed(k.sign(&signed, 1.0, 1).unwrap()),
-                ..RosterMember::new(k.id(), addr, 1.0)
-            }
-        })
-        .collect();
-    let body = Roster {
-        epoch: 0,
-        epoch_sig: None,
-        members,
-    }
-    .to_json();
-    let responder = good[0].clone();
-    let server = canned::serve(move |_, _, _| {
-        let mut v = format!(
-            "HTTP/1.1 200 OK\r\nX-DART-Node: {responder}\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        )
-        .into_bytes();
-        v.extend_from_slice(&body);
-        Reply::Bytes(v)
-    });
+    // Every 100th member signs another address: its signature does not verify.
+    let (reply, good) = canned::signed_roster_answer(n, 13);
+    let server = canned::serve(move |_, _, _| Reply::Bytes(reply.clone()));
     let rt = Runtime::new(2, Clock::new(std::time::Instant::now())).unwrap();
     let client =
         peerblock_mio::Client::new(&rt, ClientOptions::new(rt.clock(), Metrics::new())).unwrap();

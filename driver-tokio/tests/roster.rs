@@ -69,54 +69,14 @@ async fn the_roster_service_learns_members_and_identifies_itself() {
     .expect("test bound");
 }
 
-/// A roster body of `n` members signed by their own keys, every 100th with a signature of
-/// another address (it does not verify). Returns the body and the ids of the good members.
-pub fn signed_roster_body(n: u32) -> (Vec<u8>, Vec<String>) {
-    use peerblock_core::roster::{Attestation, NodeKey, Roster};
-    let mut good = Vec::new();
-    let members = (0..n)
-        .map(|i| {
-            let mut seed = [11u8; 32];
-            seed[..4].copy_from_slice(&i.to_be_bytes());
-            let k = NodeKey::from_seed(&seed);
-            let addr = format!("m{i}.test:7070");
-            let signed_addr = if i % 100 == 99 {
-                "elsewhere.test:7070".to_string()
-            } else {
-                good.push(k.id().to_owned());
-                addr.clone()
-            };
-            RosterMember {
-                record: Attestation::Signed(k.sign(&signed_addr, 1.0, 1).unwrap()),
-                ..RosterMember::new(k.id(), addr, 1.0)
-            }
-        })
-        .collect();
-    let roster = Roster {
-        epoch: 0,
-        epoch_sig: None,
-        members,
-    };
-    (roster.to_json(), good)
-}
-
 #[tokio::test]
 async fn a_fetched_roster_of_signed_members_is_verified_on_threads_and_learned() {
     tokio::time::timeout(StdDuration::from_secs(30), async {
         use peerblock_core::roster::{MembershipPolicy, MIN_PARALLEL_PART};
         // Enough records for two parts of the split.
         let n = 2 * MIN_PARALLEL_PART as u32 + 100;
-        let (body, good) = signed_roster_body(n);
-        let responder = good[0].clone();
-        let server = canned::serve(move |_, _, _| {
-            let mut v = format!(
-                "HTTP/1.1 200 OK\r\nX-DART-Node: {responder}\r\nContent-Length: {}\r\n\r\n",
-                body.len()
-            )
-            .into_bytes();
-            v.extend_from_slice(&body);
-            Reply::Bytes(v)
-        });
+        let (reply, good) = canned::signed_roster_answer(n, 11);
+        let server = canned::serve(move |_, _, _| Reply::Bytes(reply.clone()));
         let client = Client::new(ClientOptions::new(
             Clock::new(std::time::Instant::now()),
             Metrics::new(),

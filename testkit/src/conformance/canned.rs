@@ -422,3 +422,45 @@ pub fn block_path(key_byte: u8, index: u64) -> BlockPath {
         index,
     }
 }
+
+/// A canned roster answer for roster-service tests: `n` members each signed by its own key
+/// (seeds derived from `seed_byte` and the member's index, so every run signs the same),
+/// every 100th signing another address than it claims (its signature does not verify),
+/// as the full `200` response with the first good member as `X-DART-Node`. Also returns
+/// the ids of the good members.
+pub fn signed_roster_answer(n: u32, seed_byte: u8) -> (Vec<u8>, Vec<String>) {
+    use peerblock_core::roster::{Attestation, NodeKey, Roster, RosterMember};
+    let mut good = Vec::new();
+    let members = (0..n)
+        .map(|i| {
+            let mut seed = [seed_byte; 32];
+            seed[..4].copy_from_slice(&i.to_be_bytes());
+            let k = NodeKey::from_seed(&seed);
+            let addr = format!("m{i}.test:7070");
+            let signed = if i % 100 == 99 {
+                "elsewhere.test:7070".to_string()
+            } else {
+                good.push(k.id().to_owned());
+                addr.clone()
+            };
+            RosterMember {
+                record: Attestation::Signed(k.sign(&signed, 1.0, 1).expect("a valid weight")),
+                ..RosterMember::new(k.id(), addr, 1.0)
+            }
+        })
+        .collect();
+    let body = Roster {
+        epoch: 0,
+        epoch_sig: None,
+        members,
+    }
+    .to_json();
+    let responder = good.first().cloned().unwrap_or_default();
+    let mut reply = format!(
+        "HTTP/1.1 200 OK\r\nX-DART-Node: {responder}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    reply.extend_from_slice(&body);
+    (reply, good)
+}
