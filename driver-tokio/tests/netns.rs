@@ -161,7 +161,10 @@ fn a_dead_link_is_cut_routed_around_and_probed_back(driver: &str) {
     // Deadlines: dial 300 ms, response header 500 ms, request 2 s; the link goes down
     // at 0 and up at 3 s; the breaker's cooldown is its default 5 s.
     assert!(cut > 0.0 && cut < 2.5, "cut at the client deadlines: {f:?}");
-    assert!(open >= cut && open < up, "circuit opened while down: {f:?}");
+    // The circuit opens on the charge that cut the GET; its log line and the exchange's
+    // come from two places at the same instant, so their order is not a rule (1 ms
+    // either way has been seen): only that it opened while the link was down.
+    assert!(open > 0.0 && open < up, "circuit opened while down: {f:?}");
     assert!(
         back >= open + 4.9 && back >= up && back <= end,
         "served again by a probe after the cooldown: {f:?}"
