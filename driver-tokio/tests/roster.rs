@@ -12,6 +12,16 @@ use peerblock_tokio::client::{Client, ClientOptions};
 use peerblock_tokio::metrics::Metrics;
 use peerblock_tokio::roster::RosterService;
 
+/// A refresh asking `seed` now and not again within the test (rounds a minute apart).
+fn one_round_from(seed: &str) -> RefreshConfig {
+    RefreshConfig {
+        seeds: vec![seed.to_owned()],
+        interval: Duration::from_secs(60),
+        jitter: Duration::from_secs(1),
+        ..RefreshConfig::default()
+    }
+}
+
 #[tokio::test]
 async fn the_roster_service_learns_members_and_identifies_itself() {
     tokio::time::timeout(StdDuration::from_secs(20), async {
@@ -38,12 +48,7 @@ async fn the_roster_service_learns_members_and_identifies_itself() {
             record: Default::default(),
         };
         let membership = Arc::new(Mutex::new(Membership::new(me, 0, 64).unwrap()));
-        let config = RefreshConfig {
-            seeds: vec![server.addr.clone()],
-            interval: Duration::from_secs(60),
-            jitter: Duration::from_secs(1),
-            ..RefreshConfig::default()
-        };
+        let config = one_round_from(&server.addr);
         let service = RosterService::start(client, Arc::clone(&membership), config, 3).unwrap();
         // Wait (bounded by the test's timeout) for the first round's answer to be merged.
         let mut answers = service.answers();
@@ -94,12 +99,7 @@ async fn a_fetched_roster_of_signed_members_is_verified_on_threads_and_learned()
                 .with_policy(policy)
                 .unwrap(),
         ));
-        let config = RefreshConfig {
-            seeds: vec![server.addr.clone()],
-            interval: Duration::from_secs(60),
-            jitter: Duration::from_secs(1),
-            ..RefreshConfig::default()
-        };
+        let config = one_round_from(&server.addr);
         let service = RosterService::start(client, Arc::clone(&membership), config, 3).unwrap();
         let mut answers = service.answers();
         answers

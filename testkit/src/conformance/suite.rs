@@ -786,13 +786,20 @@ fn membership_of_srv() -> SharedMembership {
     Arc::new(Mutex::new(Membership::new(me, 7, 16).expect("membership")))
 }
 
-/// A roster request is answered with the membership's snapshot, and an identified
-/// caller is learned into it (over a raw socket and through the driver's client).
-pub fn the_roster_is_answered_from_the_membership_and_its_caller_is_learned(d: &dyn Driver) {
-    let (_dir, store) = store_with("roster", &[]);
+/// Node "srv" with an empty store and `membership_of_srv` as its membership table: the
+/// store's directory (keep it alive), the table, the server.
+fn member_node(d: &dyn Driver, tag: &str) -> (TempDir, SharedMembership, Box<dyn TestServer>) {
+    let (dir, store) = store_with(tag, &[]);
     let membership = membership_of_srv();
     let table = Arc::clone(&membership);
     let server = node(d, &store, move |s| s.membership = Some(table));
+    (dir, membership, server)
+}
+
+/// A roster request is answered with the membership's snapshot, and an identified
+/// caller is learned into it (over a raw socket and through the driver's client).
+pub fn the_roster_is_answered_from_the_membership_and_its_caller_is_learned(d: &dyn Driver) {
+    let (_dir, membership, server) = member_node(d, "roster");
     let mut c = Raw::connect(server.addr());
     let req = format!(
         "GET {ROSTER_PATH} HTTP/1.1\r\nHost: test\r\nX-DART-Node: peer-9\r\nX-DART-Peer-Addr: peer-9.test:7070\r\n\r\n"
@@ -835,10 +842,7 @@ fn caller_key(n: u8) -> NodeKey {
 /// A signed caller (its record in `X-Peerblock-Record`, sent by the driver's client) is
 /// learned verified, with its record.
 pub fn a_signed_caller_is_learned_verified(d: &dyn Driver) {
-    let (_dir, store) = store_with("signed-caller", &[]);
-    let membership = membership_of_srv();
-    let table = Arc::clone(&membership);
-    let server = node(d, &store, move |s| s.membership = Some(table));
+    let (_dir, membership, server) = member_node(d, "signed-caller");
     let k = caller_key(21);
     let record = k
         .sign("caller.test:7070", 1.0, 3)
@@ -864,10 +868,7 @@ pub fn a_signed_caller_is_learned_verified(d: &dyn Driver) {
 /// Identity hijack: once a member is verified, an unsigned caller claiming its id from
 /// another address (over a raw socket) does not move it, and the refusal is counted.
 pub fn an_unsigned_caller_never_moves_a_verified_member(d: &dyn Driver) {
-    let (_dir, store) = store_with("hijack", &[]);
-    let membership = membership_of_srv();
-    let table = Arc::clone(&membership);
-    let server = node(d, &store, move |s| s.membership = Some(table));
+    let (_dir, membership, server) = member_node(d, "hijack");
     let k = caller_key(22);
     let record = k
         .sign("victim.test:7070", 1.0, 1)
@@ -900,10 +901,7 @@ pub fn an_unsigned_caller_never_moves_a_verified_member(d: &dyn Driver) {
 /// A caller claiming an id with a record signed by another key (an impostor signing with
 /// its own key) is not learned, and the refusal is counted as `wrong-key`.
 pub fn a_caller_record_signed_by_another_key_is_rejected(d: &dyn Driver) {
-    let (_dir, store) = store_with("wrong-key", &[]);
-    let membership = membership_of_srv();
-    let table = Arc::clone(&membership);
-    let server = node(d, &store, move |s| s.membership = Some(table));
+    let (_dir, membership, server) = member_node(d, "wrong-key");
     let victim = caller_key(23);
     let impostor = caller_key(24);
     let record = impostor
