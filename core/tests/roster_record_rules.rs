@@ -148,6 +148,32 @@ fn hex_is_read_in_either_case_and_written_in_lower_case() {
 }
 
 #[test]
+fn every_digit_has_its_value_and_every_other_byte_is_refused_wherever_it_sits() {
+    // Every hex digit, both cases, at either place in a byte.
+    let digits = b"0123456789abcdefABCDEF";
+    for (i, &d) in digits.iter().enumerate() {
+        let value = if i < 16 { i as u8 } else { i as u8 - 6 };
+        assert_eq!(unhex::<1>(&[d, b'0']), Some([value << 4]), "{}", d as char);
+        assert_eq!(unhex::<1>(&[b'0', d]), Some([value]), "{}", d as char);
+    }
+    // Every other byte, the neighbours of each digit range included (/ : @ G ` g), is
+    // refused as the high digit, the low one, both, and in two bytes at once.
+    for b in 0..=255u8 {
+        if digits.contains(&b) {
+            continue;
+        }
+        assert_eq!(unhex::<1>(&[b, b'0']), None, "byte {b}");
+        assert_eq!(unhex::<1>(&[b'0', b]), None, "byte {b}");
+        assert_eq!(unhex::<1>(&[b, b]), None, "byte {b} twice");
+        assert_eq!(
+            unhex::<2>(&[b, b'0', b, b'0']),
+            None,
+            "byte {b} in two bytes"
+        );
+    }
+}
+
+#[test]
 fn a_node_key_prints_its_id_and_never_its_secret() {
     let k = NodeKey::from_seed(&[0x5a; 32]);
     let text = format!("{k:?}");

@@ -22,6 +22,7 @@
 //! (Go's encoder writes every field, so a body without them is not a roster); a member must
 //! be an object; strings must be valid UTF-8; the bounds of [`super`] hold.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -94,19 +95,20 @@ fn member_field(key: &str) -> Field {
 
 /// A member as it arrived: each field present or not, `null` leaving the zero value.
 #[derive(Debug, Default)]
-pub(super) struct RawMember {
+pub(super) struct RawMember<'de> {
     pub id: Option<String>,
     pub addr: Option<String>,
     pub weight: Option<f64>,
-    /// The record's fields (ours; a reference peer sends none).
-    pub seq: Option<String>,
-    pub key: Option<String>,
-    pub sig: Option<String>,
+    /// The record's fields (ours; a reference peer sends none), borrowed from the body
+    /// when they hold no escape: they are only parsed, never kept.
+    pub seq: Option<Cow<'de, str>>,
+    pub key: Option<Cow<'de, str>>,
+    pub sig: Option<Cow<'de, str>>,
 }
 
 /// A roster as it arrived, before the field and bound checks.
 #[derive(Debug, Default)]
-pub(super) struct RawRoster {
+pub(super) struct RawRoster<'de> {
     /// `Some` once the key was seen: the text (`""` for Go's zero value or `null`).
     pub epoch: Option<String>,
     /// The authority's signature over the epoch, as text.
@@ -114,7 +116,7 @@ pub(super) struct RawRoster {
     /// Whether a members key was seen.
     pub members_seen: bool,
     /// The members kept (at most [`MAX_ROSTER_MEMBERS`]).
-    pub members: Vec<RawMember>,
+    pub members: Vec<RawMember<'de>>,
     /// How many the last members array listed (may exceed what was kept).
     pub members_listed: usize,
 }
@@ -136,22 +138,39 @@ impl<'de> DeserializeSeed<'de> for NullableString<'_> {
     }
 }
 
+/// A text field that is only parsed (a record's): `null` keeps `current`, as
+/// [`NullableString`], and the text is borrowed from the body when it can be.
+struct NullableText<'a, 'de>(&'a mut Option<Cow<'de, str>>);
+
+impl<'de> DeserializeSeed<'de> for NullableText<'_, 'de> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        match Option::<KeyText<'de>>::deserialize(d)? {
+            Some(text) => *self.0 = Some(text.0),
+            None => {
+                self.0.get_or_insert(Cow::Borrowed(""));
+            }
+        }
+        Ok(())
+    }
+}
+
 struct MemberVisitor;
 
 impl<'de> Visitor<'de> for MemberVisitor {
-    type Value = RawMember;
+    type Value = RawMember<'de>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a roster member object {\"id\",\"addr\",\"weight\"}")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawMember, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawMember<'de>, A::Error> {
         let mut m = RawMember::default();
         while let Some(key) = map.next_key::<KeyText>()? {
             match member_field(&key.0) {
                 Field::Id => map.next_value_seed(NullableString(&mut m.id))?,
                 Field::Addr => map.next_value_seed(NullableString(&mut m.addr))?,
-                Field::Seq => map.next_value_seed(NullableString(&mut m.seq))?,
-                Field::Key => map.next_value_seed(NullableString(&mut m.key))?,
-                Field::Sig => map.next_value_seed(NullableString(&mut m.sig))?,
+                Field::Seq => map.next_value_seed(NullableText(&mut m.seq))?,
+                Field::Key => map.next_value_seed(NullableText(&mut m.key))?,
+                Field::Sig => map.next_value_seed(NullableText(&mut m.sig))?,
                 Field::Weight => match map.next_value::<Option<f64>>()? {
                     Some(w) => m.weight = Some(w),
                     None => {
@@ -167,14 +186,14 @@ impl<'de> Visitor<'de> for MemberVisitor {
     }
 }
 
-impl<'de> Deserialize<'de> for RawMember {
+impl<'de> Deserialize<'de> for RawMember<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_map(MemberVisitor)
     }
 }
 
-/// An object key, borrowed when the input allows it.
-struct KeyText<'de>(std::borrow::Cow<'de, str>);
+/// An object key (or a text only parsed), borrowed when the input allows it.
+struct KeyText<'de>(Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for KeyText<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -185,10 +204,10 @@ impl<'de> Deserialize<'de> for KeyText<'de> {
                 f.write_str("an object key")
             }
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<KeyText<'de>, E> {
-                Ok(KeyText(std::borrow::Cow::Borrowed(v)))
+                Ok(KeyText(Cow::Borrowed(v)))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyText<'de>, E> {
-                Ok(KeyText(std::borrow::Cow::Owned(v.to_owned())))
+                Ok(KeyText(Cow::Owned(v.to_owned())))
             }
         }
         d.deserialize_str(V)
@@ -199,16 +218,16 @@ impl<'de> Deserialize<'de> for KeyText<'de> {
 /// hostile body cannot make the decoder hold more than the bound. Every element is decoded
 /// (one at a time, the excess dropped at once), so an element of the wrong shape is an
 /// error wherever it sits.
-struct MembersSeed<'a>(&'a mut RawRoster);
+struct MembersSeed<'a, 'de>(&'a mut RawRoster<'de>);
 
-impl<'de> DeserializeSeed<'de> for MembersSeed<'_> {
+impl<'de> DeserializeSeed<'de> for MembersSeed<'_, 'de> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_option(self)
     }
 }
 
-impl<'de> Visitor<'de> for MembersSeed<'_> {
+impl<'de> Visitor<'de> for MembersSeed<'_, 'de> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("the members array or null")
@@ -242,11 +261,11 @@ impl<'de> Visitor<'de> for MembersSeed<'_> {
 struct RosterVisitor;
 
 impl<'de> Visitor<'de> for RosterVisitor {
-    type Value = RawRoster;
+    type Value = RawRoster<'de>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a roster object {\"epoch\",\"members\"}")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRoster, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRoster<'de>, A::Error> {
         let mut r = RawRoster::default();
         while let Some(key) = map.next_key::<KeyText>()? {
             match roster_field(&key.0) {
@@ -265,7 +284,7 @@ impl<'de> Visitor<'de> for RosterVisitor {
     }
 }
 
-impl<'de> Deserialize<'de> for RawRoster {
+impl<'de> Deserialize<'de> for RawRoster<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_map(RosterVisitor)
     }

@@ -343,7 +343,9 @@ pub struct Membership {
     cache_order: VecDeque<[u8; 32]>,
     /// Digests a merge's planned checks verified, taken by its claims (empty between
     /// merges).
-    batch_ok: BTreeSet<[u8; 32]>,
+    /// Sorted (looked up by binary search: a merge of thousands of verified records
+    /// costs one sort, not a tree insertion and removal each).
+    batch_ok: Vec<[u8; 32]>,
     /// Digests a merge's planned checks found bad, with why (empty between merges): the
     /// claim is rejected without checking the record a second time.
     batch_bad: BTreeMap<[u8; 32], RecordError>,
@@ -368,7 +370,7 @@ impl Membership {
             sources: BTreeMap::new(),
             cache: BTreeSet::new(),
             cache_order: VecDeque::new(),
-            batch_ok: BTreeSet::new(),
+            batch_ok: Vec::new(),
             batch_bad: BTreeMap::new(),
             stats: MembershipStats::default(),
         })
@@ -644,6 +646,7 @@ impl Membership {
             self.batch_ok.extend(v.good);
             self.batch_bad.extend(v.bad);
         }
+        self.batch_ok.sort_unstable();
         for m in &roster.members {
             if m.id == self.me.id || m.check().is_err() {
                 continue;
@@ -791,7 +794,7 @@ impl Membership {
         if let Some(e) = self.batch_bad.remove(&digest) {
             return Err(VerifyFail::Record(e));
         }
-        if !self.batch_ok.remove(&digest) {
+        if self.batch_ok.binary_search(&digest).is_err() {
             let max = self.policy.max_checks_per_source;
             let window = self.window(now, source);
             if window.checks >= max {
@@ -816,21 +819,32 @@ impl Membership {
     /// [`MAX_LEARN_SOURCES`] are tracked) or renewed once `learn_interval` has passed.
     fn window(&mut self, now: Instant, source: &str) -> &mut Window {
         let interval = self.policy.learn_interval;
-        if !self.sources.contains_key(source) && self.sources.len() >= MAX_LEARN_SOURCES {
-            let oldest = self
-                .sources
-                .iter()
-                .min_by_key(|(_, w)| w.start)
-                .map(|(s, _)| s.clone());
-            if let Some(s) = oldest {
-                self.sources.remove(&s);
+        // A source already tracked is found without copying its name (a merge asks for
+        // its window once or twice a member).
+        if !self.sources.contains_key(source) {
+            if self.sources.len() >= MAX_LEARN_SOURCES {
+                let oldest = self
+                    .sources
+                    .iter()
+                    .min_by_key(|(_, w)| w.start)
+                    .map(|(s, _)| s.clone());
+                if let Some(s) = oldest {
+                    self.sources.remove(&s);
+                }
             }
+            self.sources.insert(
+                source.to_owned(),
+                Window {
+                    start: now,
+                    added: 0,
+                    checks: 0,
+                },
+            );
         }
-        let w = self.sources.entry(source.to_owned()).or_insert(Window {
-            start: now,
-            added: 0,
-            checks: 0,
-        });
+        let w = self
+            .sources
+            .get_mut(source)
+            .expect("the source's window was inserted above");
         if now.saturating_duration_since(w.start) >= interval {
             *w = Window {
                 start: now,
