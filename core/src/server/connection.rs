@@ -442,10 +442,9 @@ impl RefusalHead {
             let b = data[i];
             i += 1;
             self.state = match (self.state, b) {
-                (_, b'\n') => {
-                    self.seen += i;
-                    return true;
-                }
+                // The head is done: the machine takes the refusal head and never
+                // scans again, so `seen` is not counted on.
+                (_, b'\n') => return true,
                 (1, b'\r') => 2,
                 _ => 0,
             };
@@ -1550,6 +1549,30 @@ mod tests {
         assert_eq!(t.status, Some(503));
         held.close(t0, &mut adm);
         conn.close(t0, &mut adm);
+    }
+
+    #[test]
+    fn connection_debug_shows_its_source_and_state() {
+        use crate::server::AdmissionConfig;
+        let mut adm: Admission<u32> = Admission::new(AdmissionConfig::default()).unwrap();
+        let config = Arc::new(ServerConfig::new("n", "h:1"));
+        let mut conn = ServerConnection::accept(Instant::ZERO, &mut adm, 77, config).unwrap();
+        let text = format!("{conn:?}");
+        for part in [
+            "ServerConnection",
+            "source: 77",
+            "refused: None",
+            "decoded: 0",
+            "queued: 0",
+            "unacked: 0",
+            "eof: false",
+            "finished: false",
+        ] {
+            assert!(text.contains(part), "{part} missing from {text}");
+        }
+        conn.handle_eof(Instant::ZERO);
+        assert!(format!("{conn:?}").contains("eof: true"));
+        conn.close(Instant::ZERO, &mut adm);
     }
 
     #[test]
