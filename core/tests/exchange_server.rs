@@ -632,6 +632,92 @@ fn request_slots_exhausted_answer_a_refusal_and_close() {
     assert_released(&adm);
 }
 
+/// Feeds `total` bytes of garbage in 4 KiB pieces; returns how many the machine took.
+fn feed_garbage(conn: &mut ServerConnection<u32>, total: usize) -> usize {
+    let piece = [b'x'; 4096];
+    (0..total / piece.len())
+        .map(|_| conn.handle_input(T0, &piece))
+        .sum()
+}
+
+#[test]
+fn a_connection_with_a_refusal_queued_takes_and_drops_all_further_input() {
+    // A keep-alive request refused by the rate bucket: the refusal ends the connection,
+    // so nothing more is decoded, though the request did not ask to close.
+    let mut limits = small_limits();
+    limits.rate = Some(RateLimit {
+        per_second: 1,
+        burst: 1,
+    });
+    let mut adm = admission(limits);
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    let _ = transmits(&mut conn, &mut adm);
+    input(&mut conn, &mut adm, &get(path(2), ""));
+    assert!(
+        events(&mut conn).is_empty(),
+        "refused, not asked of the source"
+    );
+    // Far more than the decoder's buffer holds: every byte is taken (and dropped), so the
+    // peer is never stalled before the 503 and the close.
+    assert_eq!(feed_garbage(&mut conn, 64 * 1024), 64 * 1024);
+    assert!(events(&mut conn).is_empty(), "nothing decoded");
+    let ts = transmits(&mut conn, &mut adm);
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 503 "));
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn a_connection_cut_at_its_send_deadline_takes_and_drops_all_further_input() {
+    use peerblock_core::server::DEFAULT_SEND_TIMEOUT;
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    let _stuck = conn.poll_transmit(T0).unwrap();
+    conn.handle_timeout(T0 + DEFAULT_SEND_TIMEOUT);
+    assert!(conn.is_finished());
+    assert_eq!(feed_garbage(&mut conn, 64 * 1024), 64 * 1024);
+    assert!(events(&mut conn).is_empty(), "nothing decoded");
+    conn.close(T0 + DEFAULT_SEND_TIMEOUT, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn after_a_last_request_the_machine_lends_its_small_discard_window_not_the_decoders() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, config());
+    // Before: the decoder's window, its whole buffer.
+    let window = conn.read_buf().expect("a window").len();
+    assert_eq!(window, peerblock_core::http::REQUEST_BUFFER_BYTES);
+    // A request that asks to close, decoded and not yet admitted: nothing more will be
+    // decoded, so input is only discarded, through a 4 KiB scratch window.
+    let last = get(path(1), "Connection: close\r\n");
+    assert_eq!(conn.handle_input(T0, &last), last.len());
+    assert!(conn.needs_admission());
+    for _ in 0..4 {
+        let window = conn.read_buf().expect("a window").len();
+        assert_eq!(window, 4 * 1024);
+        assert_eq!(conn.handle_read(T0, window), window);
+    }
+    // And once it is admitted and being answered, still.
+    conn.handle_admission(T0, &mut adm);
+    let ids = fetch_ids(&events(&mut conn));
+    assert_eq!(ids.len(), 1, "only the request before the garbage");
+    assert_eq!(conn.read_buf().expect("a window").len(), 4 * 1024);
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    let _ = transmits(&mut conn, &mut adm);
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
 #[test]
 fn rate_bucket_refuses_with_the_buckets_own_wait() {
     let mut limits = small_limits();
