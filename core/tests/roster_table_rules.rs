@@ -4,7 +4,7 @@
 use peerblock_core::roster::record::sign_epoch;
 use peerblock_core::roster::{
     Attestation, ClaimRejection, Membership, MembershipMode, MembershipPolicy, NodeKey,
-    PolicyError, Roster, RosterMember, MAX_LEARN_INTERVAL, MAX_ROSTER_MEMBERS,
+    PolicyError, Roster, RosterMember, MAX_LEARN_INTERVAL, MAX_LEARN_SOURCES, MAX_ROSTER_MEMBERS,
 };
 use peerblock_core::time::{Duration, Instant};
 
@@ -344,6 +344,43 @@ fn the_plan_holds_at_most_the_sources_remaining_checks() {
     // A new interval renews both budgets.
     let later = T0 + t.policy().learn_interval;
     assert_eq!(t.plan_checks(later, SRC, &r).len(), 9);
+}
+
+#[test]
+fn a_sources_spent_budget_is_remembered_until_max_learn_sources_are_tracked() {
+    let mut t = table_with(MembershipPolicy {
+        max_new_per_source: 1,
+        ..MembershipPolicy::default()
+    });
+    let unsigned = |i: usize| RosterMember::new(format!("u{i}"), format!("u{i}.test:7070"), 1.0);
+    let at = |ms: usize| T0 + Duration::from_millis(ms as u64);
+    // SRC spends its budget of one new member; its window is the oldest.
+    assert_eq!(
+        t.merge_from(T0, SRC, "", &roster(vec![unsigned(0)])).added,
+        1
+    );
+    // Other sources come, up to the bound in all: SRC's window is kept, its budget spent.
+    for s in 1..MAX_LEARN_SOURCES {
+        let source = format!("s{s}.test:7070");
+        assert_eq!(
+            t.merge_from(at(s), &source, "", &roster(vec![unsigned(s)]))
+                .added,
+            1
+        );
+    }
+    let again = t.merge_from(at(5000), SRC, "", &roster(vec![unsigned(100_000)]));
+    assert_eq!((again.added, again.rate_limited), (0, 1));
+    // One source more than the bound: the oldest window (SRC's) is forgotten, so SRC
+    // starts a fresh one within the same interval.
+    let last = t.merge_from(
+        at(6000),
+        "last.test:7070",
+        "",
+        &roster(vec![unsigned(200_000)]),
+    );
+    assert_eq!(last.added, 1);
+    let fresh = t.merge_from(at(7000), SRC, "", &roster(vec![unsigned(100_001)]));
+    assert_eq!(fresh.added, 1);
 }
 
 #[test]
