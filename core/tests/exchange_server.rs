@@ -479,6 +479,62 @@ fn pipelining_depth_is_bounded_per_session_by_back_pressure_not_refusal() {
     assert_released(&adm);
 }
 
+#[test]
+fn a_response_handed_out_and_not_yet_acknowledged_still_counts_toward_the_depth() {
+    let mut adm = admission(AdmissionConfig::default()); // 2 per session
+    let mut conn = accept(&mut adm, 1, config());
+    let mut two = get(path(1), "");
+    two.extend(get(path(2), ""));
+    input(&mut conn, &mut adm, &two);
+    let first = fetch_ids(&events(&mut conn));
+    assert_eq!(first.len(), 2);
+    conn.handle_source(T0, &mut adm, first[0].0, SourceResult::Miss)
+        .unwrap();
+    let _written = conn.poll_transmit(T0).expect("the first response");
+    // One response on its way (unacknowledged) and one request in progress: the depth is
+    // reached, so a third request waits in the buffer.
+    input(&mut conn, &mut adm, &get(path(3), ""));
+    assert!(fetch_ids(&events(&mut conn)).is_empty(), "the third waits");
+    conn.handle_transmitted(T0, &mut adm);
+    let third = fetch_ids(&events(&mut conn));
+    assert_eq!(third.len(), 1, "acknowledged: the third begins");
+    assert_eq!(third[0].1.path, path(3));
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
+#[test]
+fn requests_decoded_behind_a_refused_one_are_dropped_unanswered() {
+    let mut adm = admission(AdmissionConfig {
+        max_requests_per_session: 3,
+        rate: Some(RateLimit {
+            per_second: 1,
+            burst: 1,
+        }),
+        ..AdmissionConfig::default()
+    });
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    let _ = transmits(&mut conn, &mut adm);
+    // The bucket is empty: the first of these is refused, and the refusal ends the
+    // connection, so the two behind it (a roster request, which the bucket does not
+    // limit, and a block) are neither asked of the driver nor answered.
+    let mut three = get(path(2), "");
+    three.extend(b"GET /peer/v1/roster HTTP/1.1\r\nHost: s\r\n\r\n");
+    three.extend(get(path(4), ""));
+    input(&mut conn, &mut adm, &three);
+    assert_eq!(events(&mut conn), [], "nothing asked");
+    let ts = transmits(&mut conn, &mut adm);
+    assert_eq!(ts.len(), 1, "one answer, the refusal");
+    assert!(head(&ts[0]).starts_with("HTTP/1.1 503 "));
+    assert_eq!(ts[0].close, Close::Linger);
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
 /// Rule: the pipelining depth served at once is the admission's configured
 /// `max_requests_per_session`, whatever it is (not the default of 2); the rest wait.
 #[test]
