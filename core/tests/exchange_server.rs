@@ -535,6 +535,48 @@ fn requests_decoded_behind_a_refused_one_are_dropped_unanswered() {
     assert_released(&adm);
 }
 
+#[test]
+fn once_a_refusal_is_queued_requests_already_buffered_are_never_decoded() {
+    let mut adm = admission(AdmissionConfig {
+        rate: Some(RateLimit {
+            per_second: 1,
+            burst: 1,
+        }),
+        ..AdmissionConfig::default()
+    });
+    let mut conn = accept(&mut adm, 1, config());
+    input(&mut conn, &mut adm, &get(path(1), ""));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
+        .unwrap();
+    let _ = transmits(&mut conn, &mut adm);
+    // Depth 2: the first two of these are decoded, the first refused (the bucket is
+    // empty) and the second dropped behind it; the third waits in the decoder's buffer,
+    // though the depth would have room for it.
+    let mut three = get(path(2), "");
+    three.extend(get(path(3), ""));
+    three.extend(get(path(4), ""));
+    assert_eq!(conn.handle_input(T0, &three), three.len());
+    assert!(conn.needs_admission());
+    conn.handle_admission(T0, &mut adm);
+    assert!(events(&mut conn).is_empty(), "refused");
+    // From here on nothing is decoded: no request ever waits for admission again, not
+    // even when the peer's end of stream asks for what is buffered to be decoded.
+    assert!(!conn.needs_admission());
+    conn.handle_eof(T0);
+    assert!(
+        !conn.needs_admission(),
+        "the buffered requests stay undecoded"
+    );
+    let t = conn.poll_transmit(T0).expect("the 503");
+    assert!(head(&t).starts_with("HTTP/1.1 503 "));
+    conn.handle_transmitted(T0, &mut adm);
+    assert!(!conn.needs_admission());
+    assert!(conn.poll_transmit(T0).is_none());
+    conn.close(T0, &mut adm);
+    assert_released(&adm);
+}
+
 /// Rule: the pipelining depth served at once is the admission's configured
 /// `max_requests_per_session`, whatever it is (not the default of 2); the rest wait.
 #[test]
