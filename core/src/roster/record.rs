@@ -566,6 +566,96 @@ mod tests {
         );
     }
 
+    /// A record whose signature is valid but whose claim `NodeKey::sign` would never make:
+    /// signed by `signer` over `id`, `addr`, `weight` as given (an attacker writes its own
+    /// signer; the message format is public).
+    fn forged(signer: &NodeKey, id: &str, addr: &str, weight: f64) -> RecordSig {
+        let mut msg = Vec::new();
+        message(&mut msg, id, addr, weight, 1, &signer.public());
+        RecordSig {
+            seq: 1,
+            key: signer.public(),
+            sig: signer.signing.sign(&msg).to_bytes(),
+        }
+    }
+
+    #[test]
+    fn a_validly_signed_record_for_an_id_its_key_does_not_certify_is_refused() {
+        // The identity hijack with a real signature: the attacker signs the victim's id
+        // with its own key. Only the id check stands between it and the victim's entry.
+        let (attacker, victim) = (key(1), key(2));
+        let r = forged(&attacker, victim.id(), "evil.test:7070", 1.0);
+        assert_eq!(
+            r.verify(victim.id(), "evil.test:7070", 1.0),
+            Err(RecordError::IdMismatch)
+        );
+        let honest = key(3);
+        let good = honest.sign("n3.test:7070", 1.0, 1).unwrap();
+        let batch = |id: &str, r: &RecordSig| {
+            let claims = [
+                Claimed {
+                    record: &good,
+                    id: honest.id(),
+                    addr: "n3.test:7070",
+                    weight: 1.0,
+                },
+                Claimed {
+                    record: r,
+                    id,
+                    addr: "evil.test:7070",
+                    weight: 1.0,
+                },
+            ];
+            verify_batch(&claims)
+        };
+        assert!(!batch(victim.id(), &r), "the batch refuses it too");
+        // The same signature for the attacker's own id fails only at the signature.
+        assert!(!batch(attacker.id(), &r));
+    }
+
+    #[test]
+    fn a_validly_signed_record_with_an_address_outside_the_bounds_is_refused() {
+        let k = key(5);
+        let long = "a".repeat(MAX_ADDR_LEN + 1);
+        for (addr, problem) in [
+            ("", MemberProblem::EmptyAddr),
+            (long.as_str(), MemberProblem::AddrTooLong),
+        ] {
+            let r = forged(&k, k.id(), addr, 1.0);
+            assert_eq!(
+                r.verify(k.id(), addr, 1.0),
+                Err(RecordError::Member(problem))
+            );
+            let claim = Claimed {
+                record: &r,
+                id: k.id(),
+                addr,
+                weight: 1.0,
+            };
+            assert!(!verify_batch(&[claim]), "{problem:?}");
+        }
+    }
+
+    #[test]
+    fn a_validly_signed_record_with_a_weight_outside_the_bounds_is_refused() {
+        let k = key(4);
+        for weight in [-1.0, f64::NAN, f64::INFINITY] {
+            let r = forged(&k, k.id(), "n4.test:7070", weight);
+            assert_eq!(
+                r.verify(k.id(), "n4.test:7070", weight),
+                Err(RecordError::Member(MemberProblem::BadWeight)),
+                "{weight}"
+            );
+            let claim = Claimed {
+                record: &r,
+                id: k.id(),
+                addr: "n4.test:7070",
+                weight,
+            };
+            assert!(!verify_batch(&[claim]), "{weight}");
+        }
+    }
+
     #[test]
     fn a_batch_verifies_only_if_every_record_does() {
         let keys: Vec<NodeKey> = (1..=20).map(key).collect();
