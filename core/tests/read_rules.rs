@@ -557,6 +557,21 @@ fn not_found_from_peers_past_dead_holders_is_not_absence() {
 }
 
 #[test]
+fn a_read_keeps_the_key_and_the_configuration_it_was_made_with() {
+    let key = peerblock_core::placement::Key::from_u64(0xb10c);
+    let mut config = config(Spread::Nearest);
+    config.max_refusal_waits = 7;
+    let read = Read::new(key, config, secs(0), 1).unwrap();
+    assert_eq!(read.key(), &key);
+    assert_ne!(key, Default::default());
+    // The configuration given, not the default one.
+    assert_eq!(read.config().max_refusal_waits, 7);
+    assert_ne!(ReadConfig::default().max_refusal_waits, 7);
+    assert!(matches!(read.config().spread, Spread::Nearest));
+    assert!(!matches!(ReadConfig::default().spread, Spread::Nearest));
+}
+
+#[test]
 fn every_read_outcome_has_its_documented_name() {
     use peerblock_core::bytes::Bytes;
     use peerblock_core::read::ReadOutcome;
