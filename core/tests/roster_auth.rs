@@ -2,7 +2,7 @@
 //! one test per rule, named for it, on a virtual clock. Every test asserts the attack fails
 //! and the counter that records it.
 
-use peerblock_core::roster::record::{hex, sign_epoch};
+use peerblock_core::roster::record::{hex, sign_epoch, RecordSig, RECORD_TAG};
 use peerblock_core::roster::{
     Attestation, ClaimRejection, LearnOutcome, Membership, MembershipMode, MembershipPolicy,
     NodeKey, RecordFormatError, Roster, RosterMember, MAX_ROSTER_MEMBERS,
@@ -121,6 +121,52 @@ fn hijack_a_record_signed_by_another_key_is_rejected_as_wrong_key() {
     fresh.merge(T0, "x", &roster(vec![forged]));
     assert_eq!(fresh.addr(victim.id()), None);
     assert_eq!(fresh.stats().wrong_key, 1);
+    assert_eq!(t.addr(victim.id()), Some("10.0.0.2:7070"));
+}
+
+/// The thief's own, valid signature over a record naming the victim's id: an attacker
+/// writes its own signer (the message format is in the record module's docs), so it is
+/// not limited to what `NodeKey::sign` makes.
+fn forged_for(thief: &NodeKey, victim_id: &str, addr: &str, seq: u64) -> RosterMember {
+    use ed25519_dalek::Signer;
+    let mut msg = RECORD_TAG.to_vec();
+    msg.push(u8::try_from(victim_id.len()).unwrap());
+    msg.extend(victim_id.as_bytes());
+    msg.extend(u16::try_from(addr.len()).unwrap().to_be_bytes());
+    msg.extend(addr.as_bytes());
+    msg.extend(seq.to_be_bytes());
+    msg.extend(1.0f64.to_bits().to_be_bytes());
+    msg.extend(thief.public());
+    let sig = ed25519_dalek::SigningKey::from_bytes(&thief.seed())
+        .sign(&msg)
+        .to_bytes();
+    RosterMember {
+        record: Attestation::Signed(RecordSig {
+            seq,
+            key: thief.public(),
+            sig,
+        }),
+        ..RosterMember::new(victim_id, addr, 1.0)
+    }
+}
+
+#[test]
+fn hijack_a_validly_signed_record_for_the_victims_id_is_rejected_in_a_batch() {
+    let mut t = table_with(MembershipPolicy {
+        max_new_per_source: 100,
+        max_checks_per_source: 100,
+        ..MembershipPolicy::default()
+    });
+    let (victim, thief) = (key(1), key(2));
+    t.merge(T0, "x", &roster(vec![signed(&victim, "10.0.0.2:7070", 1)]));
+    // Among ten honest records, so the checks run as one batch (not one by one).
+    let mut members: Vec<RosterMember> = (100..110)
+        .map(|n| signed(&key(n), &format!("10.0.1.{n}:7070"), 1))
+        .collect();
+    members.insert(4, forged_for(&thief, victim.id(), "10.6.6.6:7070", 99));
+    let rep = t.merge(T0, "y", &roster(members));
+    assert_eq!((rep.added, rep.rejected), (10, 1));
+    assert_eq!(t.stats().wrong_key, 1);
     assert_eq!(t.addr(victim.id()), Some("10.0.0.2:7070"));
 }
 
