@@ -17,7 +17,11 @@ fn one_read(peers: &[PeerId], view: &StaticView) -> ReadOutcome {
     let now = Instant::from_secs(1);
     let mut read = Read::new(Key::from_u64(0), ReadConfig::default(), now, 7).unwrap();
     let mut outcome = None;
+    let mut steps = 0;
     while let Some(action) = read.poll_event(now, view) {
+        // Bounded: a read that never ends fails here instead of hanging the test.
+        steps += 1;
+        assert!(steps < 1_000, "the read never ended");
         match action {
             ReadEvent::Lookup => read.handle_lookup(now, peers),
             ReadEvent::Get { id, .. } => {

@@ -37,7 +37,8 @@ fn first_get(view: &DriverView<'_>, now: Instant, peers: &[PeerId]) -> PeerId {
         ..ReadConfig::default()
     };
     let mut read = Read::new(Key::from_u64(0), cfg, now, 1).unwrap();
-    loop {
+    // Bounded: a read that never gets to its GET fails here instead of hanging the test.
+    for _ in 0..100 {
         match read.poll_event(now, view).expect("read asks for something") {
             ReadEvent::Lookup => read.handle_lookup(now, peers),
             ReadEvent::Get { id, peer } => {
@@ -51,6 +52,7 @@ fn first_get(view: &DriverView<'_>, now: Instant, peers: &[PeerId]) -> PeerId {
             other => panic!("unexpected {other:?}"),
         }
     }
+    panic!("no GET after 100 events");
 }
 
 /// Rule: a peer whose circuit is open is never asked; once the breaker's cooldown lets it
