@@ -351,6 +351,7 @@ fn hedge_fires_at_exactly_the_delay_and_never_more_than_two_in_flight() {
     let g = gets(&drain(&mut read, secs(1), &view));
     assert_eq!(g.len(), 1, "the hedge goes out at exactly 1 s");
     assert_eq!(read.gets_in_flight(), 2);
+    assert_eq!((read.stats().gets, read.stats().hedges), (2, 1));
     for ms in (1_000..9_000).step_by(250) {
         read.handle_timeout(millis(ms));
         assert!(gets(&drain(&mut read, millis(ms), &view)).is_empty());
@@ -362,6 +363,8 @@ fn hedge_fires_at_exactly_the_delay_and_never_more_than_two_in_flight() {
     assert!(matches!(a[0], ReadEvent::Cancel { .. }));
     assert_eq!(gets(&a).len(), 1);
     assert_eq!(read.gets_in_flight(), 2);
+    // A GET sent while another is in flight counts as a hedge, whatever freed its slot.
+    assert_eq!((read.stats().gets, read.stats().hedges), (3, 2));
 }
 
 /// Rule: the first Found ends the read and cancels the other GET in flight.
