@@ -153,12 +153,17 @@ fn cancel_while_waiting_ends_the_read_without_cancels() {
     let _ = drain(&mut read, secs(0), &view);
     read.handle_lookup(secs(0), &peers[1..]);
     let mut a = drain(&mut read, secs(0), &view);
-    while !gets(&a).is_empty() {
+    // Bounded: a read that never concludes its round fails here instead of hanging.
+    for _ in 0..100 {
+        if gets(&a).is_empty() {
+            break;
+        }
         for (id, _) in gets(&a) {
             read.handle_get(secs(0), id, GetOutcome::NotFound);
         }
         a = drain(&mut read, secs(0), &view);
     }
+    assert!(gets(&a).is_empty(), "still sending GETs after 100 batches");
     assert_eq!(read.poll_timeout(), deadline(secs(15), ReadTimer::Wait));
     read.cancel(secs(2));
     assert_eq!(
@@ -318,7 +323,11 @@ fn refusal_wait_end(cfg: ReadConfig, retry_after: Option<Duration>) -> Option<De
     let _ = drain(&mut read, secs(0), &view);
     read.handle_lookup(secs(0), &peers);
     let mut a = drain(&mut read, secs(0), &view);
-    while !gets(&a).is_empty() {
+    // Bounded: a read that never concludes its round fails here instead of hanging.
+    for _ in 0..100 {
+        if gets(&a).is_empty() {
+            break;
+        }
         for (id, peer) in gets(&a) {
             let outcome = if peer == peers[0] {
                 GetOutcome::Refused { retry_after }
@@ -329,6 +338,7 @@ fn refusal_wait_end(cfg: ReadConfig, retry_after: Option<Duration>) -> Option<De
         }
         a = drain(&mut read, secs(0), &view);
     }
+    assert!(gets(&a).is_empty(), "still sending GETs after 100 batches");
     read.poll_timeout()
 }
 
