@@ -172,6 +172,35 @@ fn cancel_while_waiting_ends_the_read_without_cancels() {
     );
 }
 
+/// Rule: a read given its candidates up front (no lookup action) still takes the view's
+/// refusals at the start of its round, so a peer the candidates lack, nearer than those
+/// that answered NotFound and refused when the round began, keeps the read from
+/// concluding Absent even once its refusal has ended.
+#[test]
+fn candidates_given_up_front_still_count_a_peer_refused_at_the_rounds_start() {
+    let (key, peers) = key_and_peers(8);
+    let mut view = StaticView::new();
+    // Refused at the round's start, no longer when the answers come.
+    view.refuse_until(peers[0], millis(500));
+    let mut read = Read::new(key, ReadConfig::default(), secs(0), 5).unwrap();
+    read.handle_lookup(secs(0), &peers[1..]);
+    let mut a = drain(&mut read, secs(0), &view);
+    for _ in 0..100 {
+        if gets(&a).is_empty() {
+            break;
+        }
+        for (id, _) in gets(&a) {
+            read.handle_get(secs(1), id, GetOutcome::NotFound);
+        }
+        a = drain(&mut read, secs(1), &view);
+    }
+    assert!(
+        !a.iter()
+            .any(|e| matches!(e, ReadEvent::Done(ReadOutcome::Absent))),
+        "absent though a possible holder was refused during the round: {a:?}"
+    );
+}
+
 /// Rule (on silence, the default): a GET that reported progress before the hedge delay is
 /// not hedged, however long it takes.
 #[test]
