@@ -271,7 +271,11 @@ fn always_refused_holder_gives_busy_after_three_waits_never_absent() {
     let mut table = CooldownTable::new(CooldownConfig::default()).unwrap();
     let mut read = Read::new(key, ReadConfig::default(), secs(0), 8).unwrap();
     let mut now = secs(0);
+    let mut steps = 0;
     let outcome = loop {
+        // Bounded: a read that waits forever fails here instead of hanging the test.
+        steps += 1;
+        assert!(steps < 100, "no outcome after 100 deadlines (now {now:?})");
         let mut actions = drain(&mut read, now, &table);
         let mut fin = None;
         while !actions.is_empty() {
