@@ -630,6 +630,27 @@ fn keep_alive_responses_read_to_the_end_reuse_the_connection() {
 }
 
 #[test]
+fn a_reused_connection_counts_every_exchange_completed_on_it() {
+    let config = ClientConfig::default();
+    let mut link = Link::Dial;
+    for n in 1..=3u8 {
+        let mut ex = Exchange::new(Instant::ZERO, &config, get(n), link).unwrap();
+        if n == 1 {
+            ex.handle_connected(Instant::ZERO);
+        }
+        send(&mut ex, Instant::ZERO);
+        ex.handle_input(
+            Instant::ZERO,
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+        );
+        assert_eq!(done(&mut ex).connection, ConnectionFate::Reuse);
+        let conn = ex.take_connection().expect("reusable");
+        assert_eq!(conn.exchanges(), u64::from(n));
+        link = Link::Pooled(conn);
+    }
+}
+
+#[test]
 fn connection_close_or_failure_means_no_reuse() {
     let mut pair = Pair::new([]);
     pair.script(
