@@ -651,6 +651,82 @@ fn a_reused_connection_counts_every_exchange_completed_on_it() {
 }
 
 #[test]
+fn a_response_head_that_arrives_before_the_write_is_acknowledged_arms_no_header_deadline() {
+    let config = ClientConfig::default();
+    let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    let _t = ex.poll_transmit(Instant::ZERO).expect("the request");
+    // A fast peer: its head (and part of the body) come before the driver reports the
+    // request written.
+    ex.handle_input(
+        Instant::ZERO,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234",
+    );
+    ex.handle_transmitted(Instant::ZERO);
+    let d = ex.poll_timeout().expect("the request deadline runs");
+    assert_ne!(d.timer, ClientTimer::ResponseHeader, "the head is here");
+}
+
+#[test]
+fn a_pooled_connection_retries_fresh_only_if_not_one_response_byte_came() {
+    let config = ClientConfig::default();
+    let pooled = || {
+        let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
+        ex.handle_connected(Instant::ZERO);
+        send(&mut ex, Instant::ZERO);
+        ex.handle_input(
+            Instant::ZERO,
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+        );
+        let _ = done(&mut ex);
+        ex.take_connection().expect("reusable")
+    };
+    // An empty read is not a response byte: still a fresh retry.
+    let mut ex = Exchange::new(Instant::ZERO, &config, get(2), Link::Pooled(pooled())).unwrap();
+    send(&mut ex, Instant::ZERO);
+    assert_eq!(ex.handle_input(Instant::ZERO, b""), 0);
+    ex.handle_eof(Instant::ZERO);
+    assert!(done(&mut ex).retry_fresh);
+    // Part of a response came, then the close: the peer answered and broke off, which a
+    // retry on a fresh connection would not explain away.
+    let mut ex = Exchange::new(Instant::ZERO, &config, get(3), Link::Pooled(pooled())).unwrap();
+    send(&mut ex, Instant::ZERO);
+    ex.handle_input(Instant::ZERO, b"HTTP/1.1 200 OK\r\nContent-Le");
+    ex.handle_eof(Instant::ZERO);
+    let out = done(&mut ex);
+    assert!(matches!(out.ending, Ending::Failed(_)));
+    assert!(!out.retry_fresh);
+}
+
+#[test]
+fn the_peer_closing_while_the_request_is_being_sent_ends_the_exchange_closed() {
+    let config = ClientConfig::default();
+    let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    ex.handle_eof(Instant::ZERO);
+    let out = done(&mut ex);
+    assert!(matches!(out.ending, Ending::Failed(ExchangeError::Closed)));
+    assert_eq!(out.connection, ConnectionFate::Close);
+}
+
+#[test]
+fn a_broken_body_after_a_404_head_is_still_a_miss() {
+    let config = ClientConfig::default();
+    let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    send(&mut ex, Instant::ZERO);
+    // The status decided the answer; the truncated error body costs only the connection.
+    ex.handle_input(
+        Instant::ZERO,
+        b"HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\n\r\nabc",
+    );
+    ex.handle_eof(Instant::ZERO);
+    let out = done(&mut ex);
+    assert!(matches!(out.ending, Ending::Miss), "{:?}", out.ending);
+    assert_eq!(out.connection, ConnectionFate::Close);
+}
+
+#[test]
 fn connection_close_or_failure_means_no_reuse() {
     let mut pair = Pair::new([]);
     pair.script(

@@ -662,12 +662,11 @@ impl Exchange {
     fn classify_status(&self, head: &ResponseHead) -> Ending {
         match head.status() {
             404 => Ending::Miss,
-            503 if head.is_refusal() => {
-                match PeerRefusal::from_head(head, self.config.max_refusal_cooldown) {
-                    Some(refusal) => Ending::Refused(refusal),
-                    None => Ending::Failed(ExchangeError::Status(503)),
-                }
-            }
+            // A refusal only with its header (`from_head` checks it); a plain 503 fails.
+            503 => match PeerRefusal::from_head(head, self.config.max_refusal_cooldown) {
+                Some(refusal) => Ending::Refused(refusal),
+                None => Ending::Failed(ExchangeError::Status(503)),
+            },
             502 => match head.upstream_status() {
                 Some(status) => Ending::UpstreamRefused { status },
                 None => Ending::Failed(ExchangeError::Status(502)),
