@@ -727,6 +727,36 @@ fn a_broken_body_after_a_404_head_is_still_a_miss() {
 }
 
 #[test]
+fn the_hop_header_is_sent_only_above_hop_zero() {
+    let config = ClientConfig::default();
+    let head_for = |hop: u32| {
+        let block = BlockRequest {
+            hop: peerblock_core::wire::Hop(hop),
+            ..BlockRequest::new(path(1))
+        };
+        let mut ex = Exchange::new(
+            Instant::ZERO,
+            &config,
+            ExchangeRequest::get(HOST, block),
+            Link::Dial,
+        )
+        .unwrap();
+        ex.handle_connected(Instant::ZERO);
+        let t = ex.poll_transmit(Instant::ZERO).expect("the request");
+        String::from_utf8(t.head.to_vec()).unwrap()
+    };
+    let first = head_for(0);
+    assert!(!first.contains("X-DART-Hop"), "{first}");
+    for hop in [1, 2] {
+        let relayed = head_for(hop);
+        assert!(
+            relayed.contains(&format!("X-DART-Hop: {hop}\r\n")),
+            "{relayed}"
+        );
+    }
+}
+
+#[test]
 fn connection_close_or_failure_means_no_reuse() {
     let mut pair = Pair::new([]);
     pair.script(
