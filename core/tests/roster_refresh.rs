@@ -526,6 +526,18 @@ fn the_defaults_are_valid_and_as_documented() {
 }
 
 #[test]
+fn an_interval_of_exactly_one_day_is_accepted_and_one_second_more_refused() {
+    assert_eq!(MAX_REFRESH_INTERVAL, Duration::from_secs(86_400), "one day");
+    let at = |interval| RefreshConfig {
+        interval,
+        jitter: Duration::from_secs(1),
+        ..RefreshConfig::default()
+    };
+    assert_eq!(at(Duration::from_secs(86_400)).validate(), Ok(()));
+    assert!(at(Duration::from_secs(86_401)).validate().is_err());
+}
+
+#[test]
 fn config_errors_name_the_field() {
     let base = RefreshConfig::default;
     let cases: Vec<(RefreshConfig, &str)> = vec![
