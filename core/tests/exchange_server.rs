@@ -503,15 +503,15 @@ fn a_response_handed_out_and_not_yet_acknowledged_still_counts_toward_the_depth(
     assert_released(&adm);
 }
 
-#[test]
-fn requests_decoded_behind_a_refused_one_are_dropped_unanswered() {
+/// A connection on an admission whose rate bucket (`limits.rate`, one token) its first
+/// request has just spent: its next request is refused with `rate`.
+fn bucket_spent(limits: AdmissionConfig) -> (Admission<u32>, ServerConnection<u32>) {
     let mut adm = admission(AdmissionConfig {
-        max_requests_per_session: 3,
         rate: Some(RateLimit {
             per_second: 1,
             burst: 1,
         }),
-        ..AdmissionConfig::default()
+        ..limits
     });
     let mut conn = accept(&mut adm, 1, config());
     input(&mut conn, &mut adm, &get(path(1), ""));
@@ -519,6 +519,15 @@ fn requests_decoded_behind_a_refused_one_are_dropped_unanswered() {
     conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
         .unwrap();
     let _ = transmits(&mut conn, &mut adm);
+    (adm, conn)
+}
+
+#[test]
+fn requests_decoded_behind_a_refused_one_are_dropped_unanswered() {
+    let (mut adm, mut conn) = bucket_spent(AdmissionConfig {
+        max_requests_per_session: 3,
+        ..AdmissionConfig::default()
+    });
     // The bucket is empty: the first of these is refused, and the refusal ends the
     // connection, so the two behind it (a roster request, which the bucket does not
     // limit, and a block) are neither asked of the driver nor answered.
@@ -537,19 +546,7 @@ fn requests_decoded_behind_a_refused_one_are_dropped_unanswered() {
 
 #[test]
 fn once_a_refusal_is_queued_requests_already_buffered_are_never_decoded() {
-    let mut adm = admission(AdmissionConfig {
-        rate: Some(RateLimit {
-            per_second: 1,
-            burst: 1,
-        }),
-        ..AdmissionConfig::default()
-    });
-    let mut conn = accept(&mut adm, 1, config());
-    input(&mut conn, &mut adm, &get(path(1), ""));
-    let ids = fetch_ids(&events(&mut conn));
-    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
-        .unwrap();
-    let _ = transmits(&mut conn, &mut adm);
+    let (mut adm, mut conn) = bucket_spent(AdmissionConfig::default());
     // Depth 2: the first two of these are decoded, the first refused (the bucket is
     // empty) and the second dropped behind it; the third waits in the decoder's buffer,
     // though the depth would have room for it.
@@ -742,18 +739,7 @@ fn feed_garbage(conn: &mut ServerConnection<u32>, total: usize) -> usize {
 fn a_connection_with_a_refusal_queued_takes_and_drops_all_further_input() {
     // A keep-alive request refused by the rate bucket: the refusal ends the connection,
     // so nothing more is decoded, though the request did not ask to close.
-    let mut limits = small_limits();
-    limits.rate = Some(RateLimit {
-        per_second: 1,
-        burst: 1,
-    });
-    let mut adm = admission(limits);
-    let mut conn = accept(&mut adm, 1, config());
-    input(&mut conn, &mut adm, &get(path(1), ""));
-    let ids = fetch_ids(&events(&mut conn));
-    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Miss)
-        .unwrap();
-    let _ = transmits(&mut conn, &mut adm);
+    let (mut adm, mut conn) = bucket_spent(small_limits());
     input(&mut conn, &mut adm, &get(path(2), ""));
     assert!(
         events(&mut conn).is_empty(),
