@@ -671,9 +671,7 @@ fn a_response_head_that_arrives_before_the_write_is_acknowledged_arms_no_header_
 fn a_pooled_connection_retries_fresh_only_if_not_one_response_byte_came() {
     let config = ClientConfig::default();
     let pooled = || {
-        let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
-        ex.handle_connected(Instant::ZERO);
-        send(&mut ex, Instant::ZERO);
+        let mut ex = sent(&config, 1);
         ex.handle_input(
             Instant::ZERO,
             b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
@@ -711,10 +709,7 @@ fn the_peer_closing_while_the_request_is_being_sent_ends_the_exchange_closed() {
 
 #[test]
 fn a_broken_body_after_a_404_head_is_still_a_miss() {
-    let config = ClientConfig::default();
-    let mut ex = Exchange::new(Instant::ZERO, &config, get(1), Link::Dial).unwrap();
-    ex.handle_connected(Instant::ZERO);
-    send(&mut ex, Instant::ZERO);
+    let mut ex = sent(&ClientConfig::default(), 1);
     // The status decided the answer; the truncated error body costs only the connection.
     ex.handle_input(
         Instant::ZERO,
@@ -791,6 +786,14 @@ fn done(ex: &mut Exchange) -> peerblock_core::client::ExchangeOutcome {
             other => panic!("expected an outcome, got {other:?}"),
         }
     }
+}
+
+/// An exchange for block `n` on a fresh connection, its request written.
+fn sent(config: &ClientConfig, n: u8) -> Exchange {
+    let mut ex = Exchange::new(Instant::ZERO, config, get(n), Link::Dial).unwrap();
+    ex.handle_connected(Instant::ZERO);
+    send(&mut ex, Instant::ZERO);
+    ex
 }
 
 #[test]

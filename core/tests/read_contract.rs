@@ -144,6 +144,28 @@ fn cancel_after_the_outcome_keeps_the_outcome() {
 }
 
 /// Contract: `cancel` during a refusal wait (nothing in flight) ends the read at once.
+/// Answers every GET `first` holds, and those that follow, NotFound at `at`, until the
+/// read sends no more; returns the last events. Bounded: a read that never concludes its
+/// round fails here instead of hanging the test.
+fn all_not_found(
+    read: &mut Read,
+    view: &StaticView,
+    first: Vec<ReadEvent>,
+    at: Instant,
+) -> Vec<ReadEvent> {
+    let mut a = first;
+    for _ in 0..100 {
+        if gets(&a).is_empty() {
+            return a;
+        }
+        for (id, _) in gets(&a) {
+            read.handle_get(at, id, GetOutcome::NotFound);
+        }
+        a = drain(read, at, view);
+    }
+    panic!("still sending GETs after 100 batches");
+}
+
 #[test]
 fn cancel_while_waiting_ends_the_read_without_cancels() {
     let (key, peers) = key_and_peers(8);
@@ -152,18 +174,8 @@ fn cancel_while_waiting_ends_the_read_without_cancels() {
     let mut read = Read::new(key, ReadConfig::default(), secs(0), 5).unwrap();
     let _ = drain(&mut read, secs(0), &view);
     read.handle_lookup(secs(0), &peers[1..]);
-    let mut a = drain(&mut read, secs(0), &view);
-    // Bounded: a read that never concludes its round fails here instead of hanging.
-    for _ in 0..100 {
-        if gets(&a).is_empty() {
-            break;
-        }
-        for (id, _) in gets(&a) {
-            read.handle_get(secs(0), id, GetOutcome::NotFound);
-        }
-        a = drain(&mut read, secs(0), &view);
-    }
-    assert!(gets(&a).is_empty(), "still sending GETs after 100 batches");
+    let first = drain(&mut read, secs(0), &view);
+    let _ = all_not_found(&mut read, &view, first, secs(0));
     assert_eq!(read.poll_timeout(), deadline(secs(15), ReadTimer::Wait));
     read.cancel(secs(2));
     assert_eq!(
@@ -184,16 +196,8 @@ fn candidates_given_up_front_still_count_a_peer_refused_at_the_rounds_start() {
     view.refuse_until(peers[0], millis(500));
     let mut read = Read::new(key, ReadConfig::default(), secs(0), 5).unwrap();
     read.handle_lookup(secs(0), &peers[1..]);
-    let mut a = drain(&mut read, secs(0), &view);
-    for _ in 0..100 {
-        if gets(&a).is_empty() {
-            break;
-        }
-        for (id, _) in gets(&a) {
-            read.handle_get(secs(1), id, GetOutcome::NotFound);
-        }
-        a = drain(&mut read, secs(1), &view);
-    }
+    let first = drain(&mut read, secs(0), &view);
+    let a = all_not_found(&mut read, &view, first, secs(1));
     assert!(
         !a.iter()
             .any(|e| matches!(e, ReadEvent::Done(ReadOutcome::Absent))),
