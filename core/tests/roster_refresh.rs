@@ -538,6 +538,31 @@ fn an_interval_of_exactly_one_day_is_accepted_and_one_second_more_refused() {
 }
 
 #[test]
+fn every_count_bound_is_accepted_at_exactly_its_documented_value() {
+    assert_eq!(
+        (MAX_REFRESH_FANOUT, MAX_REFRESH_IN_FLIGHT, MAX_REFRESH_SEEDS),
+        (16, 64, 256)
+    );
+    let at_bounds = RefreshConfig {
+        fanout: 16,
+        max_in_flight: 64,
+        seeds: (0..256).map(|i| format!("seed{i}.test:7070")).collect(),
+        ..RefreshConfig::default()
+    };
+    assert_eq!(at_bounds.validate(), Ok(()));
+    // A fanout equal to the fetches in flight is allowed (a round may fill them).
+    let even = RefreshConfig {
+        fanout: 5,
+        max_in_flight: 5,
+        ..RefreshConfig::default()
+    };
+    assert_eq!(even.validate(), Ok(()));
+    let mut one_seed_more = at_bounds;
+    one_seed_more.seeds.push("seed256.test:7070".into());
+    assert!(one_seed_more.validate().is_err());
+}
+
+#[test]
 fn config_errors_name_the_field() {
     let base = RefreshConfig::default;
     let cases: Vec<(RefreshConfig, &str)> = vec![
