@@ -107,6 +107,9 @@ fn first_round_is_due_at_construction_and_asks_the_seeds() {
     r.handle_timeout(T0, &t);
     let events = drain(&mut r);
     assert_eq!(events.len(), DEFAULT_REFRESH_FANOUT);
+    // The counters and the configuration in force say so too.
+    assert_eq!((r.stats().rounds, r.stats().fetches), (1, 2));
+    assert_eq!(r.config().seeds.len(), seed_list.len());
     for e in &events {
         match e {
             RefreshEvent::Fetch { addr, member } => {
@@ -543,10 +546,15 @@ fn every_count_bound_is_accepted_at_exactly_its_documented_value() {
         (MAX_REFRESH_FANOUT, MAX_REFRESH_IN_FLIGHT, MAX_REFRESH_SEEDS),
         (16, 64, 256)
     );
+    // One seed of exactly the longest address.
+    let longest = "a".repeat(peerblock_core::roster::MAX_ADDR_LEN);
     let at_bounds = RefreshConfig {
         fanout: 16,
         max_in_flight: 64,
-        seeds: (0..256).map(|i| format!("seed{i}.test:7070")).collect(),
+        seeds: (0..255)
+            .map(|i| format!("seed{i}.test:7070"))
+            .chain([longest])
+            .collect(),
         ..RefreshConfig::default()
     };
     assert_eq!(at_bounds.validate(), Ok(()));
