@@ -378,6 +378,12 @@ fn any_ending_clears_the_in_flight_mark() {
         );
         assert!(!r.is_in_flight("p00:7070"), "{ending:?} left the mark");
     }
+    // Four endings failed, one roster was merged, each fetch counted once.
+    let stats = r.stats();
+    assert_eq!(
+        (stats.rounds, stats.fetches, stats.failed, stats.merged),
+        (5, 5, 4, 1)
+    );
 }
 
 #[test]
@@ -490,6 +496,7 @@ fn cancel_ends_the_refresh() {
         })
         .collect();
     assert_eq!(cancels, asked.iter().cloned().collect());
+    assert_eq!(r.stats().abandoned, asked.len() as u64);
     assert!(r.is_finished());
     assert_eq!(r.poll_timeout(), None);
     // Idempotent, and every later input is ignored.
