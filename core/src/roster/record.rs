@@ -55,23 +55,21 @@ const MAX_MESSAGE_LEN: usize = RECORD_TAG.len() + 1 + MAX_ID_LEN + 2 + MAX_ADDR_
 
 /// The node id of a public key: SHA-256([`ID_TAG`] ‖ key) as 64 lower-case hex digits.
 pub fn id_for_key(key: &[u8; 32]) -> String {
-    let hex = id_hex(key);
-    // Hex digits are ASCII.
-    String::from_utf8_lossy(&hex).into_owned()
+    hex(&id_digest(key))
+}
+
+fn id_digest(key: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(ID_TAG);
+    h.update(key);
+    h.finalize().into()
 }
 
 /// [`id_for_key`] as bytes on the stack: what a check compares, without an allocation (a
 /// roster of 4,096 signed members checks 4,096 ids).
 fn id_hex(key: &[u8; 32]) -> [u8; 64] {
-    let mut h = Sha256::new();
-    h.update(ID_TAG);
-    h.update(key);
-    let digest = h.finalize();
     let mut out = [0u8; 64];
-    for (pair, b) in out.chunks_exact_mut(2).zip(digest.iter()) {
-        pair[0] = HEX_DIGITS[usize::from(b >> 4)];
-        pair[1] = HEX_DIGITS[usize::from(b & 15)];
-    }
+    hex_into(&id_digest(key), &mut out);
     out
 }
 
@@ -423,16 +421,19 @@ fn message(out: &mut Vec<u8>, id: &str, addr: &str, weight: f64, seq: u64, key: 
 
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(HEX_DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(HEX_DIGITS[usize::from(b & 15)]));
-    }
-    s
+    let mut out = vec![0u8; bytes.len() * 2];
+    hex_into(bytes, &mut out);
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
-/// The lower-case hex digits, by value.
-const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+/// Writes the lower-case hex of `bytes` into `out` (two digits a byte).
+fn hex_into(bytes: &[u8], out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
+    }
+}
 
 /// Exactly `2 * N` hex digits (either case) as `N` bytes.
 pub fn unhex<const N: usize>(text: &[u8]) -> Option<[u8; N]> {

@@ -341,10 +341,9 @@ pub struct Membership {
     sources: BTreeMap<String, Window>,
     cache: BTreeSet<[u8; 32]>,
     cache_order: VecDeque<[u8; 32]>,
-    /// Digests a merge's planned checks verified, taken by its claims (empty between
-    /// merges).
-    /// Sorted (looked up by binary search: a merge of thousands of verified records
-    /// costs one sort, not a tree insertion and removal each).
+    /// Digests a merge's planned checks verified (empty between merges), sorted so its
+    /// claims find them by binary search: thousands of verified records cost one sort,
+    /// not a tree insertion and removal each.
     batch_ok: Vec<[u8; 32]>,
     /// Digests a merge's planned checks found bad, with why (empty between merges): the
     /// claim is rejected without checking the record a second time.
