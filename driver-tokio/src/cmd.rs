@@ -152,7 +152,8 @@ pub(crate) fn stop_signal() -> impl Future<Output = ()> {
     stop.wait()
 }
 
-/// `serve`: binds, prints `listening ADDR` on stdout, dials peers from the `--listen`
+/// `serve`: binds, prints `listening ADDR` (then `metrics ADDR` with `--metrics`) on
+/// stdout, dials peers from the `--listen`
 /// address (unless it is unspecified), serves the store (relaying when
 /// `[listener] relay` is on), runs the roster service and the metrics endpoint, prints
 /// `members N` whenever the roster table's size changes, and shuts down gracefully on
@@ -204,6 +205,7 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         DriverKind::Mio => RunningNode::mio(parts, listener)?,
     };
     let (stop_tx, stop_rx) = watch::channel(false);
+    let mut metrics_at = None;
     let metrics_task = match plan.metrics {
         Some(addr) => {
             let l = TcpListener::bind(addr)
@@ -211,6 +213,7 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
                 .map_err(|e| io_err("cannot bind --metrics", addr, e))?;
             let at = l.local_addr().map_err(|e| io_err("--metrics", addr, e))?;
             tracing::info!("metrics at http://{at}/metrics");
+            metrics_at = Some(at);
             let mut stop = stop_rx.clone();
             let m = metrics.clone();
             Some(tokio::spawn(async move {
@@ -224,6 +227,9 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     };
     let stop = Stop::install();
     say(&format!("listening {bound}"));
+    if let Some(at) = metrics_at {
+        say(&format!("metrics {at}"));
+    }
     tracing::info!(id = %plan.node_id, %advertised, store = %plan.store.display(), driver = ?plan.driver, "serving");
     let refresh = plan.config.refresh_config(plan.seeds.clone());
     let node = node.start_roster(membership.clone(), refresh)?;

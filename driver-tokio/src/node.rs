@@ -214,7 +214,8 @@ pub struct ServeArgs {
     /// TOML configuration file (tables listener, client, read, roster; see docs/node.md).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Admin address serving GET /metrics (Prometheus text), e.g. 127.0.0.1:9100.
+    /// Admin address serving GET /metrics (Prometheus text), e.g. 127.0.0.1:9100 (port 0
+    /// picks a free port; the bound address is printed as `metrics ADDR` on stdout).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
     /// Which driver runs the peer server, the roster service and the node's client:

@@ -65,6 +65,53 @@ const PROMPT: Duration = Duration::from_secs(10);
 /// Starts a node on `store` with a `[listener]` table of `listener` lines (plus the body
 /// path of `driver`).
 fn start(dir: &TempDir, store: &Path, driver: Driver, listener: &str) -> Node {
+    start_with(dir, store, driver, listener, &[])
+}
+
+/// Like [`start`], with a metrics endpoint on a free loopback port; returns the node and
+/// the endpoint's address (its `metrics ADDR` line).
+fn start_with_metrics(
+    dir: &TempDir,
+    store: &Path,
+    driver: Driver,
+    listener: &str,
+) -> (Node, String) {
+    let node = start_with(dir, store, driver, listener, &["--metrics", "127.0.0.1:0"]);
+    let line = node
+        .lines
+        .recv_timeout(PROMPT)
+        .expect("a `metrics ADDR` line after `listening ADDR`");
+    let at = line
+        .strip_prefix("metrics ")
+        .unwrap_or_else(|| panic!("second line is not `metrics ADDR`: {line:?}"))
+        .to_owned();
+    (node, at)
+}
+
+/// Waits (bounded) until the node's `peerblock_sessions_open` gauge, read from its
+/// metrics endpoint at `metrics`, is `want`.
+fn wait_sessions_open(metrics: &str, want: i64) {
+    let t0 = Instant::now();
+    loop {
+        let open = get("127.0.0.1", metrics, "/metrics").and_then(|(_, _, body)| {
+            String::from_utf8_lossy(&body).lines().find_map(|l| {
+                l.strip_prefix("peerblock_sessions_open ")?
+                    .parse::<i64>()
+                    .ok()
+            })
+        });
+        if open == Some(want) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < PROMPT,
+            "the node holds {open:?} sessions, not {want}, after {PROMPT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn start_with(dir: &TempDir, store: &Path, driver: Driver, listener: &str, more: &[&str]) -> Node {
     let config = dir.join("node.toml");
     let body_path = if driver.sendfile {
         "body_path = \"sendfile\"\n"
@@ -75,6 +122,7 @@ fn start(dir: &TempDir, store: &Path, driver: Driver, listener: &str) -> Node {
     let mut extra: Vec<&str> = driver.flags.to_vec();
     let config = config.to_str().expect("utf-8 path").to_owned();
     extra.extend(["--config", &config]);
+    extra.extend(more);
     Node::start(store, &[], &extra)
 }
 
@@ -442,7 +490,7 @@ fn dribblers_holding_every_session_are_cut_at_the_idle_timeout(driver: Driver) {
     let (dir, store) = (TempDir::new("dribble"), TempDir::new("dribble-s"));
     let (_, path, bytes) = block(&store.0, 0x23, 4096, 3);
     // Eight sessions, one per source: eight dribbling sources hold all of them.
-    let node = start(
+    let (node, metrics) = start_with_metrics(
         &dir,
         &store.0,
         driver,
@@ -455,6 +503,10 @@ fn dribblers_holding_every_session_are_cut_at_the_idle_timeout(driver: Driver) {
         d.write_all(b"G").expect("first byte");
     }
     let t0 = Instant::now();
+    // Connected is not yet admitted: the node's workers accept in parallel, so an honest
+    // connection made now could be admitted before the last dribbler. Wait until the node
+    // holds all eight.
+    wait_sessions_open(&metrics, 8);
     // While they hold the sessions, an honest client is refused (explicitly, at once).
     let (status, reason, _) = get("127.0.0.1", &node.addr, &path).expect("answered");
     assert_eq!((status, reason.as_deref()), (503, Some("sessions")));
