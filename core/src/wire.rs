@@ -660,6 +660,7 @@ pub(crate) const fn is_tchar(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::cmp::Ordering;
 
     fn key32() -> ChunkKey {
         let mut b = [0u8; 32];
@@ -748,6 +749,50 @@ mod tests {
                 .as_bytes()
                 .len(),
             64
+        );
+    }
+
+    #[test]
+    fn chunk_key_from_bytes_takes_1_to_64_bytes() {
+        assert_eq!(ChunkKey::from_bytes(&[]), None, "empty");
+        let max = ChunkKey::from_bytes(&[7; 64]).expect("64 bytes fit");
+        assert_eq!(max.as_bytes(), &[7; 64][..]);
+        assert_eq!(ChunkKey::from_bytes(&[7; 65]), None, "65 bytes");
+        assert_eq!(ChunkKey::from_bytes(&[7]).unwrap().as_bytes(), &[7]);
+    }
+
+    #[test]
+    fn chunk_key_parse_hex_decodes_each_digit_pair_into_one_byte() {
+        let key = ChunkKey::parse_hex(b"0aF1").unwrap();
+        assert_eq!(key.as_bytes(), &[0x0a, 0xf1]);
+        assert_eq!(format!("{key:?}"), "ChunkKey(0af1)");
+        assert_eq!(key.to_string(), "0af1");
+        let max = ChunkKey::parse_hex("a5".repeat(64).as_bytes()).unwrap();
+        assert_eq!(max.as_bytes(), &[0xa5; 64][..]);
+    }
+
+    #[test]
+    fn chunk_key_equality_order_and_hash_follow_the_bytes() {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let hash = |k: &ChunkKey| BuildHasherDefault::<DefaultHasher>::default().hash_one(k);
+        let k = |b: &[u8]| ChunkKey::from_bytes(b).unwrap();
+        assert_eq!(k(&[1, 2]), k(&[1, 2]));
+        assert_ne!(k(&[1, 2]), k(&[1, 3]));
+        assert_ne!(k(&[1]), k(&[1, 0]), "a shorter key is another key");
+        assert_eq!(k(&[1, 2]).partial_cmp(&k(&[1, 3])), Some(Ordering::Less));
+        assert_eq!(k(&[2]).partial_cmp(&k(&[1, 9])), Some(Ordering::Greater));
+        assert_eq!(k(&[1]).cmp(&k(&[1, 0])), Ordering::Less);
+        assert_eq!(hash(&k(&[1, 2])), hash(&k(&[1, 2])));
+        assert_ne!(hash(&k(&[1, 2])), hash(&k(&[1, 3])));
+        assert_ne!(hash(&k(&[1])), hash(&k(&[1, 0])));
+    }
+
+    #[test]
+    fn status_displays_as_code_and_reason() {
+        assert_eq!(Status::NotFound.to_string(), "404 Not Found");
+        assert_eq!(
+            Status::ServiceUnavailable.to_string(),
+            "503 Service Unavailable"
         );
     }
 
