@@ -733,6 +733,10 @@ mod tests {
             Err(PathError::OddKeyLength { digits: 3 })
         );
         assert_eq!(
+            BlockPath::parse(b"/peer/v1/block/a/1"),
+            Err(PathError::OddKeyLength { digits: 1 })
+        );
+        assert_eq!(
             BlockPath::parse(b"/peer/v1/block/zz/1"),
             Err(PathError::KeyNotHex { at: 0 })
         );
