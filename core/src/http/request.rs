@@ -742,7 +742,7 @@ mod tests {
         let (reqs, err) = decode_all(
             b"GET /peer/v1/block/abCD/7?x=1 HTTP/1.1\r\nHost: p:1\r\nX-DART-Hop: 2\r\n\
               X-DART-Origin: http://o/x\r\nx-dart-node: n1\r\nX-DART-Peer-Addr: a:1\r\n\
-              X-DART-Epoch: 9\r\n\r\n",
+              X-DART-Epoch: 9\r\nX-Peerblock-Record: rec\r\n\r\n",
         );
         assert_eq!(err, None);
         let r = &reqs[0];
@@ -764,7 +764,39 @@ mod tests {
         assert_eq!(r.node(), Some(&b"n1"[..]));
         assert_eq!(r.peer_addr(), Some(&b"a:1"[..]));
         assert_eq!(r.epoch(), Some(&b"9"[..]));
+        assert_eq!(r.record(), Some(&b"rec"[..]));
         assert!(r.keep_alive());
+    }
+
+    #[test]
+    fn a_field_as_long_as_a_wire_header_but_named_otherwise_is_not_that_header() {
+        // Each name has the length of one the decoder takes (host, connection,
+        // x-dart-node, x-dart-epoch, x-dart-origin, content-length, x-dart-peer-addr,
+        // transfer-encoding, x-peerblock-record), which it tells apart by length first.
+        let (reqs, err) = decode_all(
+            b"GET /peer/v1/roster HTTP/1.1\r\nHost: a\r\nDate: b\r\n\
+              X-Custom-A: close\r\nX-Other-Abc: n\r\nX-Other-Abcd: 1\r\n\
+              X-Other-Abcde: http://o/\r\nAccept-Charset: 5\r\n\
+              X-Other-Abcdefgh: a:1\r\nX-Other-Abcdefghi: chunked\r\n\
+              X-Other-Abcdefghij: r\r\n\r\n",
+        );
+        assert_eq!(err, None);
+        let r = &reqs[0];
+        assert!(r.keep_alive(), "X-Custom-A is not Connection");
+        assert_eq!(r.node(), None);
+        assert_eq!(r.epoch(), None);
+        assert_eq!(r.origin(), None);
+        assert_eq!(r.peer_addr(), None);
+        assert_eq!(r.record(), None);
+    }
+
+    #[test]
+    fn a_target_with_two_question_marks_in_one_block_still_has_a_query() {
+        assert_eq!(scan_target(b"/a?b?c"), (true, true));
+        assert_eq!(scan_target(b"/peer/v1/roster?a?b?c"), (true, true));
+        let (reqs, err) = decode_all(b"GET /peer/v1/roster?x=?y HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(err, None);
+        assert_eq!(reqs[0].path(), b"/peer/v1/roster");
     }
 
     #[test]
