@@ -775,6 +775,87 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_is_1_to_20_decimal_digits_or_no_delay() {
+        for (value, want) in [
+            (&b"7"[..], Some(7)),
+            (b"00000000000000000007", Some(7)),
+            (b"000000000000000000007", None),
+            (b"", None),
+            (b"7s", None),
+        ] {
+            let mut head = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\
+                             Retry-After: "
+                .to_vec();
+            head.extend_from_slice(value);
+            head.extend_from_slice(b"\r\n\r\n");
+            let (h, _) = run(BodyLimit::Exact(5), &head, false).unwrap();
+            let got = h.retry_after().map(|d| d.as_secs());
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(value));
+        }
+    }
+
+    #[test]
+    fn head_gives_the_raw_head_bytes() {
+        let raw = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+        let (h, _) = run(BodyLimit::Exact(5), raw, false).unwrap();
+        assert_eq!(&h.head()[..], &raw[..]);
+    }
+
+    #[test]
+    fn expect_on_a_decoder_that_can_carry_no_more_responses_is_closed() {
+        let mut d = ResponseDecoder::new();
+        d.handle_eof();
+        assert_eq!(
+            d.expect(BodyLimit::AtMost(1)),
+            Err(UsageError::Closed),
+            "idle, at eof"
+        );
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::AtMost(10)).unwrap();
+        d.feed(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        while let Ok(Some(_)) = d.poll() {}
+        assert!(d.is_closed());
+        assert_eq!(
+            d.expect(BodyLimit::AtMost(1)),
+            Err(UsageError::Closed),
+            "closed"
+        );
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::AtMost(10)).unwrap();
+        d.feed(b"garbage\r\n\r\n");
+        assert!(d.poll().is_err());
+        assert_eq!(
+            d.expect(BodyLimit::AtMost(1)),
+            Err(UsageError::Closed),
+            "failed"
+        );
+    }
+
+    #[test]
+    fn upstream_status_is_three_digits_or_nothing() {
+        for (value, want) in [
+            (&b"401"[..], Some(401)),
+            (b"4x3", None),
+            (b"40", None),
+            (b"4031", None),
+            (b" 40", None),
+        ] {
+            let mut head = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\
+                             X-DART-Upstream-Status: "
+                .to_vec();
+            head.extend_from_slice(value);
+            head.extend_from_slice(b"\r\n\r\n");
+            let (h, _) = run(BodyLimit::Exact(5), &head, false).unwrap();
+            assert_eq!(
+                h.upstream_status(),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(value)
+            );
+        }
+    }
+
+    #[test]
     fn content_length_above_expected_is_rejected_before_body() {
         let mut d = ResponseDecoder::new();
         d.expect(BodyLimit::Exact(4)).unwrap();
