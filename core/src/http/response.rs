@@ -832,6 +832,59 @@ mod tests {
     }
 
     #[test]
+    fn a_field_as_long_as_a_wire_header_but_named_otherwise_is_not_that_header() {
+        // Each name has the length of one the decoder takes (connection, retry-after,
+        // content-length, transfer-encoding, x-peerblock-load, x-peerblock-refused,
+        // x-dart-upstream-status), which it tells apart by length first.
+        let (h, body) = run(
+            BodyLimit::AtMost(10),
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\
+              X-Custom-A: close\r\nX-Other-Abc: 5\r\nAccept-Charset: 9\r\n\
+              X-Other-Abcdefghi: chunked\r\nX-Other-Abcdefgh: 3\r\n\
+              X-Other-Abcdefghijk: sessions\r\nX-Other-Abcdefghijklmn: 403\r\n\r\nok",
+            false,
+        )
+        .unwrap();
+        assert_eq!(&body[..], b"ok");
+        assert!(h.keep_alive(), "X-Custom-A is not Connection");
+        assert_eq!(h.retry_after(), None);
+        assert_eq!(h.framing(), BodyFraming::ContentLength(2));
+        assert_eq!(h.load(), None);
+        assert_eq!(h.refused(), None);
+        assert!(!h.is_refusal());
+        assert_eq!(h.upstream_status(), None);
+    }
+
+    #[test]
+    fn a_close_delimited_body_of_exactly_the_limit_is_whole_and_counted() {
+        let input = b"HTTP/1.0 200 OK\r\n\r\n0123456789";
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::AtMost(10)).unwrap();
+        d.feed(input);
+        d.handle_eof();
+        assert!(matches!(d.poll(), Ok(Some(ResponseEvent::Head(_)))));
+        let Ok(Some(ResponseEvent::Body(body))) = d.poll() else {
+            panic!("a body of exactly the limit is accepted")
+        };
+        assert_eq!(&body[..], b"0123456789");
+        assert_eq!(d.consumed(), input.len() as u64, "head and body counted");
+        assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn the_stream_ending_inside_a_head_is_truncated() {
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::AtMost(10)).unwrap();
+        d.feed(b"HTTP/1.1 200 OK\r\nContent-Le");
+        assert!(
+            matches!(d.poll(), Ok(None)),
+            "a partial head waits for more"
+        );
+        d.handle_eof();
+        assert!(matches!(d.poll(), Err(ResponseError::Truncated)));
+    }
+
+    #[test]
     fn upstream_status_is_three_digits_or_nothing() {
         for (value, want) in [
             (&b"401"[..], Some(401)),
