@@ -885,6 +885,38 @@ mod tests {
     }
 
     #[test]
+    fn an_http10_response_stays_open_only_with_connection_keep_alive() {
+        let head = |extra: &str| {
+            format!("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n{extra}\r\n").into_bytes()
+        };
+        let (h, _) = run(
+            BodyLimit::AtMost(1),
+            &head("Connection: keep-alive\r\n"),
+            false,
+        )
+        .unwrap();
+        assert!(h.keep_alive());
+        let (h, _) = run(BodyLimit::AtMost(1), &head(""), false).unwrap();
+        assert!(!h.keep_alive());
+    }
+
+    #[test]
+    fn up_to_max_informational_responses_are_skipped_and_one_more_is_refused() {
+        let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
+        let last = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        let mut input = interim.repeat(MAX_INFORMATIONAL_RESPONSES as usize);
+        input.extend_from_slice(last);
+        let (h, body) = run(BodyLimit::AtMost(2), &input, false).unwrap();
+        assert_eq!((h.status(), &body[..]), (200, &b"ok"[..]));
+        let mut input = interim.repeat(MAX_INFORMATIONAL_RESPONSES as usize + 1);
+        input.extend_from_slice(last);
+        assert_eq!(
+            run(BodyLimit::AtMost(2), &input, false).unwrap_err(),
+            ResponseError::UnexpectedInformational { status: 100 }
+        );
+    }
+
+    #[test]
     fn upstream_status_is_three_digits_or_nothing() {
         for (value, want) in [
             (&b"401"[..], Some(401)),
