@@ -906,8 +906,19 @@ mod tests {
         let last = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
         let mut input = interim.repeat(MAX_INFORMATIONAL_RESPONSES as usize);
         input.extend_from_slice(last);
-        let (h, body) = run(BodyLimit::AtMost(2), &input, false).unwrap();
-        assert_eq!((h.status(), &body[..]), (200, &b"ok"[..]));
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::AtMost(2)).unwrap();
+        d.feed(&input);
+        let Ok(Some(ResponseEvent::Head(h))) = d.poll() else {
+            panic!("the final head after {MAX_INFORMATIONAL_RESPONSES} interim ones")
+        };
+        assert_eq!(h.status(), 200);
+        assert!(matches!(d.poll(), Ok(Some(ResponseEvent::Body(b))) if &b[..] == b"ok"));
+        assert_eq!(
+            d.consumed(),
+            input.len() as u64,
+            "interim heads are counted"
+        );
         let mut input = interim.repeat(MAX_INFORMATIONAL_RESPONSES as usize + 1);
         input.extend_from_slice(last);
         assert_eq!(
