@@ -386,6 +386,30 @@ mod tests {
     }
 
     #[test]
+    fn a_field_longer_than_the_rest_of_the_head_is_encoded_whole() {
+        // Each field alone is longer than everything before it in the head's size
+        // estimate, so the estimate must add it, never take it away.
+        let long = "a".repeat(2000);
+        let decode = |req: &OutgoingRequest| {
+            let mut out = BytesMut::new();
+            req.encode(&mut out).unwrap();
+            let mut d = RequestDecoder::new();
+            assert_eq!(d.feed(&out), out.len());
+            d.decode().unwrap().expect("one whole request")
+        };
+        let r = decode(&OutgoingRequest::roster(&long, "n", "a:1"));
+        assert_eq!(r.node(), Some(&b"n"[..]));
+        let mut req = OutgoingRequest::roster("h", "n", "a:1");
+        req.origin = Some(&long);
+        assert_eq!(decode(&req).origin(), Some(long.as_bytes()));
+        let r = decode(&OutgoingRequest::roster("h", &long, "a:1"));
+        assert_eq!(r.node(), Some(long.as_bytes()));
+        let mut req = OutgoingRequest::roster("h", "n", "a:1");
+        req.record = Some(&long);
+        assert_eq!(decode(&req).record(), Some(long.as_bytes()));
+    }
+
+    #[test]
     fn injected_crlf_is_refused_and_nothing_written() {
         let path = BlockPath {
             key: ChunkKey::from_array([1; 32]),
