@@ -410,6 +410,25 @@ mod tests {
     }
 
     #[test]
+    fn an_upstream_status_outside_100_to_999_is_refused_and_nothing_written() {
+        for (upstream_status, ok) in [(99, false), (100, true), (999, true), (1000, false)] {
+            let mut out = BytesMut::new();
+            let got =
+                OutgoingResponse::new(ResponseKind::UpstreamRefused { upstream_status }, None)
+                    .encode(&mut out);
+            if ok {
+                assert_eq!(got, Ok(()), "{upstream_status}");
+            } else {
+                assert_eq!(
+                    got,
+                    Err(EncodeError::InvalidUpstreamStatus(upstream_status))
+                );
+                assert!(out.is_empty(), "{upstream_status}");
+            }
+        }
+    }
+
+    #[test]
     fn injected_crlf_is_refused_and_nothing_written() {
         let path = BlockPath {
             key: ChunkKey::from_array([1; 32]),
