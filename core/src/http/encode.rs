@@ -429,6 +429,34 @@ mod tests {
     }
 
     #[test]
+    fn each_kind_of_response_names_its_content_type() {
+        let long = "n".repeat(1000);
+        for (kind, content_type) in [
+            (
+                ResponseKind::Block { content_length: 7 },
+                "application/octet-stream",
+            ),
+            (
+                ResponseKind::Roster { content_length: 7 },
+                "application/json",
+            ),
+            (ResponseKind::NotFound, "text/plain; charset=utf-8"),
+        ] {
+            // A node id longer than the rest of the head: the size estimate adds it.
+            let mut out = BytesMut::new();
+            OutgoingResponse::new(kind, Some(&long))
+                .encode(&mut out)
+                .unwrap();
+            let head = String::from_utf8(out.to_vec()).unwrap();
+            assert!(
+                head.contains(&format!("\r\nContent-Type: {content_type}\r\n")),
+                "{head}"
+            );
+            assert!(head.contains(&format!("\r\nX-DART-Node: {long}\r\n")));
+        }
+    }
+
+    #[test]
     fn injected_crlf_is_refused_and_nothing_written() {
         let path = BlockPath {
             key: ChunkKey::from_array([1; 32]),
