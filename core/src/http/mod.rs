@@ -220,6 +220,60 @@ pub(crate) fn is_clean_value(value: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// A response head of exactly `len` bytes (status `status`, no body), padded with one
+    /// filler field.
+    fn response_head(status: u16, content_length: u64, len: usize) -> Vec<u8> {
+        let start = format!("HTTP/1.1 {status} X\r\nContent-Length: {content_length}\r\nX-Pad: ");
+        let mut head = start.into_bytes();
+        let pad = len - head.len() - 4;
+        head.extend(std::iter::repeat_n(b'p', pad));
+        head.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(head.len(), len);
+        head
+    }
+
+    // The documented sizes (the constants' docs) are the rules, so these name the numbers
+    // rather than the constants.
+    #[test]
+    fn buffers_hold_two_maximal_heads_and_a_read_window_is_64_kib() {
+        assert_eq!(RequestDecoder::new().room(), 2 * 8 * 1024);
+        assert_eq!(ResponseDecoder::new().room(), 2 * 16 * 1024);
+        let mut d = ResponseDecoder::new();
+        d.expect(BodyLimit::Exact(1 << 20)).unwrap();
+        d.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n");
+        assert!(matches!(d.poll(), Ok(Some(ResponseEvent::Head(_)))));
+        assert_eq!(d.read_buf().len(), 64 * 1024);
+    }
+
+    #[test]
+    fn a_response_head_of_16_kib_is_accepted_and_one_byte_more_refused() {
+        for (len, ok) in [(16 * 1024, true), (16 * 1024 + 1, false)] {
+            let mut d = ResponseDecoder::new();
+            d.expect(BodyLimit::AtMost(0)).unwrap();
+            assert_eq!(d.feed(&response_head(200, 0, len)), len);
+            match d.poll() {
+                Ok(Some(ResponseEvent::Head(_))) => assert!(ok, "{len}"),
+                Err(ResponseError::HeadTooLarge { limit: 16384 }) => assert!(!ok, "{len}"),
+                other => panic!("{len}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_body_of_16_kib_is_accepted_and_one_byte_more_refused() {
+        for (body, ok) in [(16 * 1024, true), (16 * 1024 + 1, false)] {
+            let mut d = ResponseDecoder::new();
+            d.expect(BodyLimit::Exact(1 << 20)).unwrap();
+            d.feed(&response_head(404, body, 100));
+            let head = d.poll();
+            assert_eq!(
+                matches!(head, Ok(Some(ResponseEvent::Head(_)))),
+                ok,
+                "{body}: {head:?}"
+            );
+        }
+    }
+
     #[test]
     fn bare_lf_detection() {
         assert!(!has_bare_lf(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
