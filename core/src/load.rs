@@ -352,6 +352,28 @@ mod tests {
     }
 
     #[test]
+    fn remove_forgets_a_hint_and_says_whether_one_was_held() {
+        let mut t = table(8);
+        t.record(ms(0), 1, 10);
+        assert!(t.remove(&1));
+        assert_eq!(t.load(ms(0), &1), None);
+        assert!(!t.remove(&1), "nothing held any more");
+        assert!(!t.remove(&2), "never held");
+    }
+
+    #[test]
+    fn the_table_keeps_the_configuration_it_was_made_with() {
+        let config = LoadConfig {
+            horizon: Duration::from_secs(3),
+            capacity: 5,
+        };
+        assert_eq!(
+            LoadTable::<u32>::new(config.clone()).unwrap().config(),
+            &config
+        );
+    }
+
+    #[test]
     fn the_newest_hint_replaces_the_old_one() {
         let mut t = table(8);
         t.record(ms(0), 1, 10);
