@@ -332,7 +332,9 @@ mod tests {
     #[test]
     fn a_hint_decays_linearly_and_ages_out_at_the_horizon() {
         let mut t = table(8);
+        assert!(t.is_empty());
         t.record(ms(0), 1, 10);
+        assert!(!t.is_empty());
         assert_eq!(t.load(ms(0), &1), Some(10));
         assert_eq!(t.load(ms(5_000), &1), Some(5));
         assert_eq!(
@@ -369,6 +371,14 @@ mod tests {
         };
         assert_eq!(
             LoadTable::<u32>::new(config.clone()).unwrap().config(),
+            &config
+        );
+        let config = KeyCounterConfig {
+            half_life: Duration::from_secs(7),
+            capacity: 9,
+        };
+        assert_eq!(
+            KeyCounter::<u32>::new(config.clone()).unwrap().config(),
             &config
         );
     }
