@@ -488,7 +488,9 @@ mod tests {
     #[test]
     fn key_counter_is_bounded_and_evicts_the_least_recently_requested_key() {
         let mut c = counter(3);
+        assert!(c.is_empty());
         c.bump(ms(0), 1);
+        assert!(!c.is_empty());
         c.bump(ms(1), 2);
         c.bump(ms(2), 3);
         c.bump(ms(3), 1); // 1 is now the most recent

@@ -57,6 +57,13 @@ mod tests {
         assert_eq!(child_seed(42, "net"), 0x6e1c_b74d_7584_60b9);
         assert_eq!(child_seed(42, "faults"), 0x5071_9b38_7174_2387);
         assert_eq!(child_seed(43, "net"), 0x86ed_d999_9a14_dcca);
+        // Parents with many bits set: the label's hash shares bits with them, so mixing
+        // with anything but XOR shows.
+        assert_eq!(child_seed(u64::MAX, "net"), 0x8ae0_b14d_08df_58e1);
+        assert_eq!(
+            child_seed(0x5555_5555_5555_5555, "faults"),
+            0x9c71_3d97_c826_fefc
+        );
         assert_eq!(indexed_seed(7, 0), 0x63cb_e1e4_5932_0dd7);
         assert_eq!(indexed_seed(7, 1), 0x044c_3cd7_f43c_661c);
     }

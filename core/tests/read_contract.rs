@@ -405,3 +405,35 @@ fn refusal_durations_are_validated() {
     };
     assert!(Read::new(key_and_peers(1).0, at_bound, secs(0), 0).is_ok());
 }
+
+/// Config: each count is accepted at exactly its documented bound (a close group of 1 to
+/// 16, at most 16 refusal waits, at most 16 plain retries) and refused one above; the
+/// error names the value.
+#[test]
+fn count_bounds_are_accepted_at_exactly_their_documented_value_and_refused_one_above() {
+    let with = |f: &dyn Fn(&mut ReadConfig)| {
+        let mut c = ReadConfig::default();
+        f(&mut c);
+        c.validate()
+    };
+    assert_eq!(
+        with(&|c| c.close_group_size = 0),
+        Err(ReadConfigError::CloseGroupSize(0))
+    );
+    assert_eq!(with(&|c| c.close_group_size = 1), Ok(()));
+    assert_eq!(with(&|c| c.close_group_size = 16), Ok(()));
+    assert_eq!(
+        with(&|c| c.close_group_size = 17),
+        Err(ReadConfigError::CloseGroupSize(17))
+    );
+    assert_eq!(with(&|c| c.max_refusal_waits = 16), Ok(()));
+    assert_eq!(
+        with(&|c| c.max_refusal_waits = 17),
+        Err(ReadConfigError::TooManyRefusalWaits(17))
+    );
+    assert_eq!(with(&|c| c.max_plain_retries = 16), Ok(()));
+    assert_eq!(
+        with(&|c| c.max_plain_retries = 17),
+        Err(ReadConfigError::TooManyRetries(17))
+    );
+}
