@@ -115,3 +115,26 @@ pub enum ReadEvent {
     /// in flight).
     Done(ReadOutcome),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_are_the_records_wherever_it_was_found_and_none_otherwise() {
+        let record = Bytes::from_static(b"record");
+        assert_eq!(ReadOutcome::Found(record.clone()).bytes(), Some(&record));
+        assert_eq!(
+            ReadOutcome::FoundAtOrigin(record.clone()).bytes(),
+            Some(&record)
+        );
+        for nothing in [
+            ReadOutcome::Absent,
+            ReadOutcome::Busy,
+            ReadOutcome::Unavailable,
+            ReadOutcome::Cancelled,
+        ] {
+            assert_eq!(nothing.bytes(), None, "{nothing:?}");
+        }
+    }
+}
