@@ -463,6 +463,46 @@ fn epoch_string<S: serde::Serializer>(epoch: &u64, s: S) -> Result<S::Ok, S::Err
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_id_of_128_bytes_and_an_address_of_272_are_accepted_one_more_refused() {
+        let (id, addr) = ("i".repeat(128), "a".repeat(272));
+        assert_eq!(check_identity(&id, &addr), Ok(()));
+        assert_eq!(
+            check_identity(&"i".repeat(129), &addr),
+            Err(MemberProblem::IdTooLong)
+        );
+        assert_eq!(
+            check_identity(&id, &"a".repeat(273)),
+            Err(MemberProblem::AddrTooLong)
+        );
+    }
+
+    #[test]
+    fn a_roster_body_of_2_mib_is_read_and_one_byte_more_refused() {
+        let mut body = br#"{"epoch":"1","members":[]}"#.to_vec();
+        body.resize(2 * 1024 * 1024, b' ');
+        assert_eq!(Roster::from_json(&body).expect("2 MiB is read").epoch, 1);
+        body.push(b' ');
+        assert!(matches!(
+            Roster::from_json(&body),
+            Err(RosterDecodeError::TooLarge {
+                len: 2_097_153,
+                max: 2_097_152
+            })
+        ));
+    }
+
+    #[test]
+    fn a_quoted_prefix_is_cut_back_to_a_character_boundary() {
+        assert_eq!(
+            quote_prefix("a\u{e9}b", 2),
+            "a",
+            "cut inside the two bytes of \u{e9}"
+        );
+        assert_eq!(quote_prefix("a\u{e9}b", 3), "a\u{e9}");
+        assert_eq!(quote_prefix("ab", 5), "ab");
+    }
+
     fn member(id: &str, addr: &str) -> RosterMember {
         RosterMember {
             id: id.into(),
@@ -651,6 +691,15 @@ mod tests {
             Err(RosterDecodeError::TooManyMembers { count, max })
                 if count == MAX_ROSTER_MEMBERS + 2 && max == MAX_ROSTER_MEMBERS
         ));
+        // Exactly the documented 4,096 members are read.
+        let body = format!(
+            r#"{{"epoch":"1","members":[{}]}}"#,
+            vec![r#"{"id":"a","addr":"h:1","weight":1}"#; 4096].join(",")
+        );
+        assert_eq!(
+            Roster::from_json(body.as_bytes()).unwrap().members.len(),
+            4096
+        );
     }
 
     #[test]
