@@ -294,6 +294,27 @@ impl<'de> Deserialize<'de> for RawRoster<'de> {
 mod tests {
     use super::*;
 
+    /// The JSON error names what was expected where the body went wrong.
+    #[test]
+    fn a_json_error_says_what_was_expected() {
+        for (body, expected) in [
+            (
+                &br#"{"epoch":"1","members":[5]}"#[..],
+                "a roster member object",
+            ),
+            (
+                br#"{"epoch":"1","members":"x"}"#,
+                "the members array or null",
+            ),
+            (br#"5"#, "a roster object"),
+        ] {
+            let e = crate::roster::Roster::from_json(body)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(expected), "{e}");
+        }
+    }
+
     #[test]
     fn keys_fold_as_gos_fold_name_does() {
         for key in ["Epoch", "epoch", "EPOCH", "ePoCh"] {
