@@ -294,6 +294,17 @@ impl<'de> Deserialize<'de> for RawRoster<'de> {
 mod tests {
     use super::*;
 
+    /// The decoder keeps at most the documented 4,096 members and only counts the rest.
+    #[test]
+    fn members_past_4096_are_counted_not_kept() {
+        let body = format!(
+            r#"{{"epoch":"1","members":[{}]}}"#,
+            vec![r#"{"id":"a","addr":"h:1","weight":1}"#; 4098].join(",")
+        );
+        let raw: RawRoster = serde_json::from_str(&body).unwrap();
+        assert_eq!((raw.members.len(), raw.members_listed), (4096, 4098));
+    }
+
     /// The JSON error names what was expected where the body went wrong.
     #[test]
     fn a_json_error_says_what_was_expected() {
