@@ -560,3 +560,14 @@ fn time_going_backwards_is_clamped_never_firing_early_or_stamping_the_past() {
     assert_eq!(b.state(ms(14_999), &"b"), State::Open);
     assert_eq!(b.state(ms(15_000), &"b"), State::HalfOpen);
 }
+
+/// A breaker keeps the configuration it was made with.
+#[test]
+fn a_breaker_keeps_the_configuration_it_was_made_with() {
+    let b = with(|c| {
+        c.failure_threshold = 7;
+        c.max_peers = 9;
+    });
+    assert_eq!(b.config().failure_threshold, 7);
+    assert_eq!(b.config().max_peers, 9);
+}
