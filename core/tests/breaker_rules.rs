@@ -571,3 +571,13 @@ fn a_breaker_keeps_the_configuration_it_was_made_with() {
     assert_eq!(b.config().failure_threshold, 7);
     assert_eq!(b.config().max_peers, 9);
 }
+
+/// `is_empty` says whether any peer is tracked.
+#[test]
+fn a_breaker_is_empty_until_it_tracks_a_peer() {
+    let mut b = breaker();
+    assert!(b.is_empty());
+    soft_failures(&mut b, ms(0), "a", 1);
+    assert!(!b.is_empty());
+    assert_eq!(b.len(), 1);
+}
