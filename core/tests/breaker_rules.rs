@@ -581,3 +581,39 @@ fn a_breaker_is_empty_until_it_tracks_a_peer() {
     assert!(!b.is_empty());
     assert_eq!(b.len(), 1);
 }
+
+/// Config: up to 2^24 peers are tracked and one more is refused; a backoff may cap the
+/// cooldown at exactly the base cooldown but not below it.
+#[test]
+fn max_peers_and_the_backoff_cap_are_accepted_at_exactly_their_bound() {
+    let check = |f: &dyn Fn(&mut BreakerConfig)| {
+        let mut c = BreakerConfig::default();
+        f(&mut c);
+        c.validate()
+    };
+    assert_eq!(check(&|c| c.max_peers = 1 << 24), Ok(()));
+    assert_eq!(
+        check(&|c| c.max_peers = (1 << 24) + 1),
+        Err(ConfigError::TooManyPeers {
+            got: (1 << 24) + 1,
+            limit: 1 << 24
+        })
+    );
+    let backoff = |max_cooldown| {
+        move |c: &mut BreakerConfig| {
+            c.cooldown = Duration::from_secs(5);
+            c.backoff = Some(Backoff {
+                max_cooldown,
+                seed: 1,
+            });
+        }
+    };
+    assert_eq!(check(&backoff(Duration::from_secs(5))), Ok(()));
+    assert_eq!(
+        check(&backoff(Duration::from_millis(4_999))),
+        Err(ConfigError::BackoffBelowCooldown {
+            max: Duration::from_millis(4_999),
+            base: Duration::from_secs(5)
+        })
+    );
+}
