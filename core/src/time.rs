@@ -197,6 +197,22 @@ mod tests {
     }
 
     #[test]
+    fn add_assign_adds_and_saturates() {
+        let mut t = Instant::from_secs(1);
+        t += Duration::from_millis(500);
+        assert_eq!(t, Instant::from_millis(1_500));
+        t += Duration::MAX;
+        assert_eq!(t, Instant::MAX);
+    }
+
+    #[test]
+    fn debug_and_display_show_the_time_since_the_epoch() {
+        let t = Instant::from_millis(1_500);
+        assert_eq!(format!("{t:?}"), "Instant(1.5s)");
+        assert_eq!(t.to_string(), "1.500000000s");
+    }
+
+    #[test]
     fn units_agree() {
         assert_eq!(Instant::from_secs(2), Instant::from_millis(2_000));
         assert_eq!(Instant::from_millis(3).as_nanos(), 3_000_000);
