@@ -198,7 +198,12 @@ mod tests {
 
     #[test]
     fn default_index_bound_keeps_offsets_in_signed_range() {
-        let start = DEFAULT_MAX_BLOCK_INDEX.checked_mul(MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX);
-        assert!(start.is_some_and(|o| o <= i64::MAX as u64));
+        // The largest index whose offset, for the documented 64 MiB blocks, fits an i64:
+        // that index's offset fits, the next one's does not.
+        let block = 64u128 << 20;
+        assert_eq!(u128::from(MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX), block);
+        let max = u128::from(RelayConfig::default().max_block_index);
+        assert!(max * block <= i64::MAX as u128);
+        assert!((max + 1) * block > i64::MAX as u128);
     }
 }
