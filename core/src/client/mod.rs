@@ -104,6 +104,18 @@ impl ClientConfig {
 mod tests {
     use super::*;
 
+    /// The default body cap is 64 MiB, and no more than a server's whole default budget of
+    /// response bytes in flight.
+    #[test]
+    fn the_default_body_cap_is_64_mib_a_servers_whole_default_in_flight_budget() {
+        let cap = ClientConfig::default().max_body;
+        assert_eq!(cap, 64 << 20);
+        assert_eq!(
+            cap,
+            crate::server::AdmissionConfig::default().max_inflight_bytes
+        );
+    }
+
     #[test]
     fn default_config_is_valid() {
         assert_eq!(ClientConfig::default().validate(), Ok(()));
