@@ -252,6 +252,14 @@ mod tests {
     }
 
     #[test]
+    fn a_block_a_miss_and_a_roster_are_not_errors_the_rest_are() {
+        assert!(!Ending::Block(Bytes::from_static(b"x")).is_error());
+        assert!(!Ending::Miss.is_error());
+        assert!(Ending::Cancelled.is_error());
+        assert!(Ending::Failed(ExchangeError::Closed).is_error());
+    }
+
+    #[test]
     fn block_is_answered() {
         assert_eq!(
             class(Ending::Block(Bytes::from_static(b"x"))),
