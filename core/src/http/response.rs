@@ -666,6 +666,15 @@ mod tests {
         }
     }
 
+    /// The decoded head of a bodiless `status` response carrying `name: value`.
+    fn head_with(status: u16, name: &[u8], value: &[u8]) -> ResponseHead {
+        let mut head = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n").into_bytes();
+        for part in [name, b": ", value, b"\r\n\r\n"] {
+            head.extend_from_slice(part);
+        }
+        run(BodyLimit::Exact(5), &head, false).unwrap().0
+    }
+
     /// Drives `d` with `input` through `read_buf` + `advance` only, `chunk` bytes per
     /// "socket read", polling between reads; returns the events.
     fn read_into(d: &mut ResponseDecoder, input: &[u8], chunk: usize) -> Vec<ResponseEvent> {
@@ -783,12 +792,7 @@ mod tests {
             (b"", None),
             (b"7s", None),
         ] {
-            let mut head = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\
-                             Retry-After: "
-                .to_vec();
-            head.extend_from_slice(value);
-            head.extend_from_slice(b"\r\n\r\n");
-            let (h, _) = run(BodyLimit::Exact(5), &head, false).unwrap();
+            let h = head_with(503, b"Retry-After", value);
             let got = h.retry_after().map(|d| d.as_secs());
             assert_eq!(got, want, "{:?}", String::from_utf8_lossy(value));
         }
@@ -936,12 +940,7 @@ mod tests {
             (b"4031", None),
             (b" 40", None),
         ] {
-            let mut head = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\
-                             X-DART-Upstream-Status: "
-                .to_vec();
-            head.extend_from_slice(value);
-            head.extend_from_slice(b"\r\n\r\n");
-            let (h, _) = run(BodyLimit::Exact(5), &head, false).unwrap();
+            let h = head_with(502, b"X-DART-Upstream-Status", value);
             assert_eq!(
                 h.upstream_status(),
                 want,
