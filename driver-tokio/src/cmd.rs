@@ -153,11 +153,10 @@ pub(crate) fn stop_signal() -> impl Future<Output = ()> {
 }
 
 /// `serve`: binds, prints `listening ADDR` (then `metrics ADDR` with `--metrics`) on
-/// stdout, dials peers from the `--listen`
-/// address (unless it is unspecified), serves the store (relaying when
-/// `[listener] relay` is on), runs the roster service and the metrics endpoint, prints
-/// `members N` whenever the roster table's size changes, and shuts down gracefully on
-/// SIGINT/SIGTERM.
+/// stdout, dials peers from the `--listen` address (unless it is unspecified), serves the
+/// store (relaying when `[listener] relay` is on), runs the roster service and the
+/// metrics endpoint, prints `members N` whenever the roster table's size changes, and
+/// shuts down gracefully on SIGINT/SIGTERM.
 pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let metrics = Metrics::new();

@@ -89,7 +89,8 @@ fn start_with_metrics(
 }
 
 /// Waits (bounded) until the node's `peerblock_sessions_open` gauge, read from its
-/// metrics endpoint at `metrics`, is `want`.
+/// metrics endpoint at `metrics`, is `want`. Each try is a whole exchange with the node,
+/// which paces the loop: no sleep.
 fn wait_sessions_open(metrics: &str, want: i64) {
     let t0 = Instant::now();
     loop {
@@ -107,7 +108,6 @@ fn wait_sessions_open(metrics: &str, want: i64) {
             t0.elapsed() < PROMPT,
             "the node holds {open:?} sessions, not {want}, after {PROMPT:?}"
         );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

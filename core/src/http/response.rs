@@ -807,32 +807,31 @@ mod tests {
 
     #[test]
     fn expect_on_a_decoder_that_can_carry_no_more_responses_is_closed() {
-        let mut d = ResponseDecoder::new();
-        d.handle_eof();
-        assert_eq!(
-            d.expect(BodyLimit::AtMost(1)),
-            Err(UsageError::Closed),
-            "idle, at eof"
-        );
-        let mut d = ResponseDecoder::new();
-        d.expect(BodyLimit::AtMost(10)).unwrap();
-        d.feed(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        while let Ok(Some(_)) = d.poll() {}
-        assert!(d.is_closed());
-        assert_eq!(
-            d.expect(BodyLimit::AtMost(1)),
-            Err(UsageError::Closed),
-            "closed"
-        );
-        let mut d = ResponseDecoder::new();
-        d.expect(BodyLimit::AtMost(10)).unwrap();
-        d.feed(b"garbage\r\n\r\n");
-        assert!(d.poll().is_err());
-        assert_eq!(
-            d.expect(BodyLimit::AtMost(1)),
-            Err(UsageError::Closed),
-            "failed"
-        );
+        // A decoder idle at end of stream, one closed by its response, one failed.
+        let mut at_eof = ResponseDecoder::new();
+        at_eof.handle_eof();
+        let after = |input: &[u8]| {
+            let mut d = ResponseDecoder::new();
+            d.expect(BodyLimit::AtMost(10)).unwrap();
+            d.feed(input);
+            while let Ok(Some(_)) = d.poll() {}
+            d
+        };
+        let closed =
+            after(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let failed = after(b"garbage\r\n\r\n");
+        assert!(closed.is_closed() && failed.is_closed());
+        for (mut d, what) in [
+            (at_eof, "idle, at eof"),
+            (closed, "closed"),
+            (failed, "failed"),
+        ] {
+            assert_eq!(
+                d.expect(BodyLimit::AtMost(1)),
+                Err(UsageError::Closed),
+                "{what}"
+            );
+        }
     }
 
     #[test]
