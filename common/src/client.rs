@@ -193,7 +193,8 @@ pub enum OutcomeClass {
     /// The peer refused for lack of capacity (503 with a refusal header), or the
     /// request waited past its deadline for one of the peer's connection slots.
     Busy,
-    /// The body failed validation or had the wrong length.
+    /// The body failed validation or had the wrong length, or the peer said its stored
+    /// copy is corrupt (`404` + `X-Peerblock-Miss: corrupt`).
     Invalid,
     /// Everything else: the peer could not be reached, timed out, failed or answered
     /// something unusable (the breaker rejected it, a dial failed, ...).
@@ -211,7 +212,7 @@ impl OutcomeClass {
             Ending::Miss => OutcomeClass::Absent,
             Ending::Refused(_) => OutcomeClass::Busy,
             Ending::Cancelled => OutcomeClass::Cancelled,
-            Ending::Failed(E::Validation | E::Length(_)) => OutcomeClass::Invalid,
+            Ending::Corrupt | Ending::Failed(E::Validation | E::Length(_)) => OutcomeClass::Invalid,
             Ending::UpstreamRefused { .. } | Ending::Failed(_) => OutcomeClass::Unavailable,
         }
     }

@@ -661,6 +661,7 @@ impl Exchange {
 
     fn classify_status(&self, head: &ResponseHead) -> Ending {
         match head.status() {
+            404 if head.is_corrupt_miss() => Ending::Corrupt,
             404 => Ending::Miss,
             // A refusal only with its header (`from_head` checks it); a plain 503 fails.
             503 => match PeerRefusal::from_head(head, self.config.max_refusal_cooldown) {

@@ -1014,7 +1014,7 @@ pub fn a_failing_validator_gives_an_invalid_outcome(d: &dyn Driver) {
         "the validator saw the whole body"
     );
     assert_eq!(got.class, OutcomeClass::Invalid);
-    assert_eq!(got.get, GetOutcome::Failed);
+    assert_eq!(got.get, GetOutcome::Invalid);
     assert!(matches!(
         got.ending,
         Some(Ending::Failed(ExchangeError::Validation))
