@@ -335,8 +335,10 @@ pub struct GetOptions {
     /// `get_validated`'s exact length; `None` is a plain `get` (bounded by
     /// `ClientConfig::max_body`).
     pub expected: Option<u64>,
-    /// The validator run on a body of exactly `expected` bytes (ignored without
-    /// `expected`).
+    /// The validator: run on a body of exactly `expected` bytes, or, without `expected`,
+    /// on a body of any length up to `ClientConfig::max_body` (core's `get_checked`: a
+    /// manifest checked against its key). A body it refuses ends the request as a failed
+    /// validation (`OutcomeClass::Invalid`).
     pub validator: Option<Validator>,
     /// The caller's own deadline: reaching it ends the request as a cancellation (and
     /// bounds the wait for a connection slot).
