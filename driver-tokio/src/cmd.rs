@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use peerblock_core::client::{placement_members, BlockRequest};
+use peerblock_core::client::{placement_members, BlockRequest, Ending};
 use peerblock_core::read::ReadOutcome;
 use peerblock_core::roster::{Membership, RosterMember, MAX_ROSTER_MEMBERS, NO_EPOCH};
 use peerblock_core::time::Clock;
@@ -40,10 +40,6 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How often `serve` looks at its roster table to print `members N` when the count
 /// changed (a log line for operators and tests, not a protocol timer).
 const MEMBERS_CHECK: Duration = Duration::from_millis(100);
-
-/// Manifest reads `fetch` tries before giving up on a manifest that fails validation (each
-/// read may land on another holder).
-const MANIFEST_ATTEMPTS: u32 = 3;
 
 /// Rosters `fetch` asks besides its seeds, to learn the cluster beyond what the seeds
 /// know (one round, bounded).
@@ -527,9 +523,22 @@ struct PeerTally {
     failed: u64,
 }
 
-/// Learns the cluster for a fetch: the seeds' rosters, then (one round) the rosters of the
-/// members they named.
-async fn learn_cluster(client: &Client, seeds: &[String], membership: &SharedMembership) {
+/// Rounds of roster requests `fetch` makes to seeds that refused (503 with a refusal
+/// header) before giving up: each waits out the shortest `Retry-After` the seeds gave
+/// (bounded by the read configuration's `max_retry_after`, 15 s by default), as a read
+/// waits out refusing holders. Three waits, as `max_refusal_waits`.
+const MAX_SEED_WAITS: u32 = 3;
+
+/// Learns the cluster for a fetch: the seeds' rosters (waiting out seeds that refused
+/// for lack of capacity, at most [`MAX_SEED_WAITS`] times), then (one round) the rosters
+/// of the members they named. Errs when no seed answered with a roster: `busy` (exit 1,
+/// with the seeds' reason and retry time) when they refused, `unavailable` otherwise.
+async fn learn_cluster(
+    client: &Client,
+    seeds: &[String],
+    membership: &SharedMembership,
+    max_wait: std::time::Duration,
+) -> Result<(), NodeError> {
     let ask = |addr: String| {
         let client = client.clone();
         async move {
@@ -537,21 +546,68 @@ async fn learn_cluster(client: &Client, seeds: &[String], membership: &SharedMem
             (addr, f)
         }
     };
-    let merge = |addr: &str, f: &Fetched| {
+    let merge = |addr: &str, f: &Fetched| -> bool {
         if let Some(answer) = f.roster() {
             let responder = answer.responder.as_deref().unwrap_or(addr);
             let report = lock(membership).merge(client.now(), responder, &answer.roster);
             tracing::debug!(%addr, ?report, "roster merged");
+            true
         } else {
             tracing::warn!(%addr, outcome = f.describe(), "roster fetch failed");
+            false
         }
     };
-    let mut first = JoinSet::new();
-    for seed in seeds {
-        first.spawn(ask(seed.clone()));
-    }
-    while let Some(Ok((addr, f))) = first.join_next().await {
-        merge(&addr, &f);
+    let mut waits = 0;
+    loop {
+        let mut first = JoinSet::new();
+        for seed in seeds {
+            first.spawn(ask(seed.clone()));
+        }
+        let mut answered = false;
+        // The shortest wait a refusing seed asked for, and its reason.
+        let mut busy: Option<(std::time::Duration, String)> = None;
+        let mut failures = Vec::new();
+        while let Some(Ok((addr, f))) = first.join_next().await {
+            if merge(&addr, &f) {
+                answered = true;
+            } else if let Some(Ending::Refused(r)) = &f.ending {
+                let wait = r.retry_after.map_or(max_wait, |d| d.min(max_wait));
+                let reason = r
+                    .reason
+                    .map_or_else(|| "full".to_owned(), |r| r.to_string());
+                if busy.as_ref().is_none_or(|(w, _)| wait < *w) {
+                    busy = Some((wait, reason));
+                }
+            } else {
+                failures.push(format!("{addr}: {}", f.describe()));
+            }
+        }
+        if answered {
+            break;
+        }
+        match busy {
+            Some((wait, reason)) if waits < MAX_SEED_WAITS => {
+                waits += 1;
+                eprintln!(
+                    "seeds busy ({reason}), retry after {} s (wait {waits} of {MAX_SEED_WAITS})",
+                    wait.as_secs().max(1)
+                );
+                tokio::time::sleep(wait.max(std::time::Duration::from_millis(100))).await;
+            }
+            Some((wait, reason)) => {
+                return Err(NodeError::Failed(format!(
+                    "busy: every seed refused ({reason}) after {MAX_SEED_WAITS} waits, retry after {} s ({})",
+                    wait.as_secs().max(1),
+                    seeds.join(", ")
+                )))
+            }
+            None => {
+                return Err(NodeError::Failed(format!(
+                    "unavailable: no seed answered with a roster ({})",
+                    failures.join("; ")
+                )))
+            }
+        }
     }
     let (snapshot, me) = {
         let m = lock(membership);
@@ -571,12 +627,25 @@ async fn learn_cluster(client: &Client, seeds: &[String], membership: &SharedMem
     while let Some(Ok((addr, f))) = second.join_next().await {
         merge(&addr, &f);
     }
+    Ok(())
 }
 
 /// `fetch`: reads the manifest and every block through the read engine, validated, and
-/// writes the file. Prints one line per peer on stdout (`ADDR N bytes K blocks I invalid
-/// R refused A absent F failed`); each failed block's outcome class goes to stderr.
+/// writes the file through a temporary file of its own (see [`PartFile`]). Prints one line
+/// per peer on stdout (`ADDR N bytes K blocks I invalid R refused A absent F failed`);
+/// each failed block's outcome class goes to stderr. SIGINT or SIGTERM stops it at once,
+/// removing the temporary file ([`NodeError::Interrupted`]).
 pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
+    let stop = Stop::install();
+    tokio::select! {
+        r = fetch_file(plan) => r,
+        () = stop.wait() => Err(NodeError::Interrupted(
+            "the temporary file was removed, the output left as it was".to_owned(),
+        )),
+    }
+}
+
+async fn fetch_file(plan: FetchPlan) -> Result<(), NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let metrics = Metrics::new();
     let client = client(&plan.config, clock, metrics, None)?;
@@ -598,16 +667,22 @@ pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
             .with_policy(policy)
             .map_err(|e| NodeError::Failed(format!("membership policy: {e}")))?,
     ));
-    learn_cluster(&client, &plan.seeds, &membership).await;
+    let mut read_config = plan.config.read_config();
+    learn_cluster(
+        &client,
+        &plan.seeds,
+        &membership,
+        read_config.max_retry_after,
+    )
+    .await?;
     let known = lock(&membership).len();
     if known == 0 {
         return Err(NodeError::Failed(format!(
-            "unavailable: no seed answered with a roster ({})",
+            "unavailable: the seeds' rosters named no member ({})",
             plan.seeds.join(", ")
         )));
     }
     tracing::info!(members = known, "cluster learned");
-    let mut read_config = plan.config.read_config();
     // A cluster smaller than the configured close group has every placeable member in
     // it: a block's close group is the whole cluster, so the read can conclude Absent
     // once they all said 404 (it never can with a close group larger than the cluster).
@@ -637,44 +712,194 @@ pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
             }
         }));
     let reader = Arc::new(reader);
-    let manifest = Arc::new(read_manifest(&reader, &plan.chunk).await?);
+    let manifest = match read_manifest(&reader, &plan.chunk).await {
+        Ok(m) => Arc::new(m),
+        Err(e) => {
+            print_tally(&tally);
+            return Err(e);
+        }
+    };
     let result = read_blocks(&reader, &plan, manifest.clone()).await;
     print_tally(&tally);
     result
 }
 
+/// Reads the manifest (block 0) through the read engine like any block: each copy is
+/// checked against the chunk key as it arrives, so a holder whose copy is bad is never
+/// asked again and the read goes on to the next holder.
 async fn read_manifest(reader: &Reader, chunk: &ChunkKey) -> Result<Manifest, NodeError> {
-    for attempt in 1..=MANIFEST_ATTEMPTS {
-        let spec = BlockSpec {
-            key: manifest::block_key(chunk, 0),
-            path: BlockPath {
-                key: *chunk,
-                index: 0,
-            },
-            expected: None,
-            validator: None,
-        };
-        let r = reader.read(spec).await;
-        let bytes = match &r.outcome {
-            ReadOutcome::Found(b) | ReadOutcome::FoundAtOrigin(b) => b.clone(),
-            other => {
-                return Err(NodeError::Failed(format!(
-                    "manifest of {chunk}: {}",
-                    other.name()
-                )))
-            }
-        };
-        if !manifest::verify_manifest(chunk, &bytes) {
-            let from = r.served_by.map(|p| p.addr).unwrap_or_default();
-            tracing::warn!(%from, attempt, "the manifest failed validation against the chunk key");
-            continue;
+    let key = *chunk;
+    let spec = BlockSpec {
+        key: manifest::block_key(chunk, 0),
+        path: BlockPath {
+            key: *chunk,
+            index: 0,
+        },
+        expected: None,
+        validator: Some(Arc::new(move |b| manifest::verify_manifest(&key, b))),
+    };
+    let r = reader.read(spec).await;
+    let bytes = match &r.outcome {
+        ReadOutcome::Found(b) | ReadOutcome::FoundAtOrigin(b) => b.clone(),
+        ReadOutcome::Invalid => {
+            return Err(NodeError::Failed(format!(
+                "manifest of {chunk}: invalid ({} copies failed validation against the key, no holder had a valid one)",
+                r.stats.invalid
+            )))
         }
-        return Manifest::parse(&bytes)
-            .map_err(|e| NodeError::Failed(format!("manifest of {chunk}: {e}")));
+        other => {
+            return Err(NodeError::Failed(format!(
+                "manifest of {chunk}: {}",
+                other.name()
+            )))
+        }
+    };
+    Manifest::parse(&bytes).map_err(|e| NodeError::Failed(format!("manifest of {chunk}: {e}")))
+}
+
+/// The temporary file one fetch writes: `.NAME.<pid>.<n>.part` beside the output, created
+/// exclusively (never shared with another fetch, never an existing file), removed when
+/// dropped unless [`persist`](Self::persist)ed: an error, SIGINT or SIGTERM leaves no
+/// partial file behind.
+struct PartFile {
+    path: std::path::PathBuf,
+    file: Arc<std::fs::File>,
+    kept: bool,
+}
+
+impl PartFile {
+    /// The prefix of every temporary name for `output` (`.NAME.`).
+    fn prefix(output: &Path) -> std::ffi::OsString {
+        let mut prefix = std::ffi::OsString::from(".");
+        prefix.push(output.file_name().unwrap_or_default());
+        prefix.push(".");
+        prefix
     }
-    Err(NodeError::Failed(format!(
-        "manifest of {chunk}: invalid ({MANIFEST_ATTEMPTS} copies failed validation)"
-    )))
+
+    /// Creates a new temporary file for `output`, `size` bytes long.
+    fn create(output: &Path, size: u64) -> Result<PartFile, NodeError> {
+        let pid = std::process::id();
+        let mut n = run_seed(b"part") as u32;
+        for _ in 0..64 {
+            let mut name = Self::prefix(output);
+            name.push(format!("{pid}.{n}.part"));
+            let path = output.with_file_name(name);
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .read(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => {
+                    let part = PartFile {
+                        path,
+                        file: Arc::new(file),
+                        kept: false,
+                    };
+                    part.file
+                        .set_len(size)
+                        .map_err(|e| io_err("cannot size", part.path.display(), e))?;
+                    return Ok(part);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n = n.wrapping_add(1),
+                Err(e) => return Err(io_err("cannot create", path.display(), e)),
+            }
+        }
+        Err(NodeError::Failed(format!(
+            "cannot find a free temporary name beside {}",
+            output.display()
+        )))
+    }
+
+    /// Removes temporary files of `output` left by fetches that are no longer running
+    /// (killed with SIGKILL, or a crash): `.NAME.<pid>.<n>.part` whose pid is not a live
+    /// process. Returns how many were removed.
+    fn remove_stale(output: &Path) -> usize {
+        let dir = match output.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => p.to_owned(),
+            None => std::path::PathBuf::from("."),
+        };
+        let prefix = Self::prefix(output);
+        let prefix = prefix.to_string_lossy();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let Some(rest) = name
+                .strip_prefix(prefix.as_ref())
+                .and_then(|r| r.strip_suffix(".part"))
+            else {
+                continue;
+            };
+            let Some((pid, n)) = rest.split_once('.') else {
+                continue;
+            };
+            let (Ok(pid), Ok(_)) = (pid.parse::<u32>(), n.parse::<u32>()) else {
+                continue;
+            };
+            if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            if std::fs::remove_file(entry.path()).is_ok() {
+                tracing::info!(file = %entry.path().display(), "removed a stale temporary file of an ended fetch");
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Reads the whole file back and checks every block against `manifest`: what is on
+    /// disk is what was validated (a write that went wrong, a file truncated under us).
+    fn verify(&self, manifest: &Manifest) -> Result<(), String> {
+        use std::os::unix::fs::FileExt;
+        let len = self.file.metadata().map_err(|e| e.to_string())?.len();
+        if len != manifest.size {
+            return Err(format!("{len} bytes on disk, {} expected", manifest.size));
+        }
+        let mut buf = vec![0u8; manifest.block_size.min(manifest.size.max(1)) as usize];
+        for index in 1..=manifest.blocks() {
+            let want = manifest.block_len(index).expect("index in range") as usize;
+            let block = &mut buf[..want];
+            self.file
+                .read_exact_at(block, (index - 1) * manifest.block_size)
+                .map_err(|e| format!("reading block {index} back: {e}"))?;
+            if !manifest.verify_block(index, block) {
+                return Err(format!("block {index} on disk does not match its hash"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the file the output: checks that the output is still a regular file or
+    /// missing, `fsync`s the file, renames it over the output and `fsync`s the directory.
+    fn persist(mut self, output: &Path) -> Result<(), NodeError> {
+        crate::node::check_output(output)?;
+        self.file
+            .sync_all()
+            .map_err(|e| io_err("cannot sync", self.path.display(), e))?;
+        std::fs::rename(&self.path, output)
+            .map_err(|e| io_err("cannot rename into place", output.display(), e))?;
+        self.kept = true;
+        let dir = output
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PartFile {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 async fn read_blocks(
@@ -682,18 +907,15 @@ async fn read_blocks(
     plan: &FetchPlan,
     manifest: Arc<Manifest>,
 ) -> Result<(), NodeError> {
-    // `.NAME.part` beside the output: never the output's own name (`with_extension`
-    // gave `copy.part` for `-o copy.part`, a partial file at the final name, and one
-    // temporary name for `-o x.bin` and `-o x.iso`).
-    let mut hidden = std::ffi::OsString::from(".");
-    hidden.push(plan.output.file_name().unwrap_or_default());
-    hidden.push(".part");
-    let part = plan.output.with_file_name(hidden);
-    let file =
-        std::fs::File::create(&part).map_err(|e| io_err("cannot create", part.display(), e))?;
-    file.set_len(manifest.size)
-        .map_err(|e| io_err("cannot size", part.display(), e))?;
-    let file = Arc::new(file);
+    let stale = PartFile::remove_stale(&plan.output);
+    if stale > 0 {
+        eprintln!(
+            "removed {stale} temporary file(s) of earlier fetches of {} that did not finish",
+            plan.output.display()
+        );
+    }
+    let part = PartFile::create(&plan.output, manifest.size)?;
+    let file = part.file.clone();
     let mut progress = Progress::new(format!("fetch {}", plan.chunk), manifest.size);
     let mut failed: Vec<(u64, &'static str)> = Vec::new();
     let mut tasks = JoinSet::new();
@@ -747,11 +969,9 @@ async fn read_blocks(
     }
     progress.finish();
     if let Some(e) = write_error {
-        let _ = std::fs::remove_file(&part);
-        return Err(io_err("cannot write", part.display(), e));
+        return Err(io_err("cannot write", part.path.display(), e));
     }
     if !failed.is_empty() {
-        let _ = std::fs::remove_file(&part);
         failed.sort_unstable();
         for (index, outcome) in &failed {
             eprintln!("block {index}: {outcome}");
@@ -767,12 +987,20 @@ async fn read_blocks(
             summary.join(", ")
         )));
     }
-    file.sync_all()
-        .map_err(|e| io_err("cannot sync", part.display(), e))?;
-    std::fs::rename(&part, &plan.output)
-        .map_err(|e| io_err("cannot rename into place", plan.output.display(), e))?;
+    let verified = {
+        let part = &part;
+        let manifest = &manifest;
+        tokio::task::block_in_place(|| part.verify(manifest))
+    };
+    if let Err(e) = verified {
+        return Err(NodeError::Failed(format!(
+            "{}: the written file failed verification ({e}); the output was not touched",
+            part.path.display()
+        )));
+    }
+    tokio::task::block_in_place(|| part.persist(&plan.output))?;
     eprintln!(
-        "fetched {} bytes in {blocks} blocks to {}",
+        "fetched {} bytes in {blocks} blocks to {} (every block verified on disk)",
         manifest.size,
         plan.output.display()
     );
@@ -790,7 +1018,8 @@ fn print_tally(tally: &Mutex<BTreeMap<String, PeerTally>>) {
 }
 
 /// `get`: one exchange for one block; the body to the output (or stdout), the outcome
-/// class on failure.
+/// class on failure. Block 0 of a file's chunk key (its manifest) is validated against
+/// the key; other blocks only against `--expected` (their hashes are in the manifest).
 pub async fn get(plan: GetPlan) -> Result<(), NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let client = client(&plan.config, clock, Metrics::new(), None)?;
@@ -803,8 +1032,17 @@ pub async fn get(plan: GetPlan) -> Result<(), NodeError> {
         origin: plan.origin.as_deref(),
         hop: peerblock_core::wire::Hop(plan.hop),
     };
+    // A manifest (block 0 of a 32-byte chunk key) is checked against its key: `get`
+    // never hands out a manifest that is not the chunk's.
+    let chunk = plan.chunk;
+    let validator: Option<crate::client::Validator> =
+        (plan.index == 0 && chunk.as_bytes().len() == 32).then(|| {
+            Arc::new(move |b: &peerblock_core::bytes::Bytes| manifest::verify_manifest(&chunk, b))
+                as crate::client::Validator
+        });
     let options = GetOptions {
         expected: plan.expected,
+        validator,
         ..GetOptions::default()
     };
     let fetched = client.fetch_block(&peer, block, options).await;
@@ -835,6 +1073,13 @@ pub async fn get(plan: GetPlan) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// Writes `bytes` to `path` through a temporary file of its own (`fsync`, rename): the
+/// output is the old file or the whole new one, never a part.
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), NodeError> {
-    std::fs::write(path, bytes).map_err(|e| io_err("cannot write", path.display(), e))
+    use std::os::unix::fs::FileExt;
+    let part = PartFile::create(path, bytes.len() as u64)?;
+    part.file
+        .write_all_at(bytes, 0)
+        .map_err(|e| io_err("cannot write", part.path.display(), e))?;
+    part.persist(path)
 }

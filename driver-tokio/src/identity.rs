@@ -3,7 +3,10 @@
 //!
 //! - **Key file**: 64 hex digits (the secret seed) and a newline, created on first start
 //!   with owner-only permissions (0600, created exclusively, so two nodes starting on one
-//!   store cannot both write it). A key file readable by group or others is refused, as
+//!   store cannot both write it), written to a temporary file that is `fsync`ed and then
+//!   linked into place, so a failed first start (a full disk) leaves no key file at all;
+//!   an empty key file left by an older version is replaced. A key file readable by group
+//!   or others is refused, as
 //!   ssh refuses one. The seed is drawn from the operating system's randomness
 //!   (`getrandom`), never from core.
 //! - **Sequence file** (`KEYFILE.seq`): the last sequence number this node signed. Each
@@ -31,9 +34,19 @@ fn io(what: &'static str, path: &Path, source: std::io::Error) -> NodeError {
 }
 
 /// Reads the key at `path`, or creates it (owner-only) if the file does not exist.
-/// Returns the key and whether it was created.
+/// Returns the key and whether it was created. An empty key file (what a first start on
+/// a full disk left before key files were written atomically) holds no key that was
+/// ever used: it is replaced, with a warning.
 pub fn load_or_create_key(path: &Path) -> Result<(NodeKey, bool), NodeError> {
-    match std::fs::read_to_string(path) {
+    let read = match std::fs::read_to_string(path) {
+        Ok(text) if text.is_empty() => {
+            tracing::warn!(file = %path.display(), "the key file is empty (an interrupted first start): creating a new key");
+            std::fs::remove_file(path).map_err(|e| io("cannot remove empty key file", path, e))?;
+            Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+        }
+        other => other,
+    };
+    match read {
         Ok(text) => Ok((parse_key_file(path, &text)?, false)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut seed = [0u8; 32];
@@ -116,8 +129,33 @@ fn parse_key_file(path: &Path, text: &str) -> Result<NodeKey, NodeError> {
     Ok(NodeKey::from_seed(&seed))
 }
 
-/// Creates `path` exclusively with owner-only permissions and writes `bytes`.
+/// A temporary name beside `path` for this process: `.NAME.<pid>.tmp`.
+fn temp_beside(path: &Path) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(format!(".{}.tmp", std::process::id()));
+    path.with_file_name(name)
+}
+
+/// `fsync`s the directory holding `path`, so a rename or link into it survives a crash.
+fn sync_dir_of(path: &Path) {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Creates `path` exclusively with owner-only permissions holding exactly `bytes`, or
+/// nothing at all: the bytes go to a temporary file beside it (owner-only, `fsync`ed),
+/// which is then hard-linked to `path` (failing if `path` exists: two nodes starting on
+/// one store cannot both write it) and removed. A full disk or a crash leaves no
+/// half-written key file (a 0-byte `node.key` made every later start fail).
 fn write_new(path: &Path, bytes: &[u8]) -> Result<(), NodeError> {
+    let temp = temp_beside(path);
+    let _ = std::fs::remove_file(&temp); // a leftover of this pid's earlier life
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -125,12 +163,21 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<(), NodeError> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut f = options
-        .open(path)
-        .map_err(|e| io("cannot create key file", path, e))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| io("cannot write key file", path, e))
+    let written = options
+        .open(&temp)
+        .map_err(|e| io("cannot create key file", path, e))
+        .and_then(|mut f| {
+            f.write_all(bytes)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| io("cannot write key file", path, e))
+        })
+        .and_then(|()| {
+            std::fs::hard_link(&temp, path).map_err(|e| io("cannot create key file", path, e))
+        });
+    let _ = std::fs::remove_file(&temp);
+    written?;
+    sync_dir_of(path);
+    Ok(())
 }
 
 /// The sequence file beside a key file.
@@ -154,8 +201,19 @@ pub fn next_seq(key_file: &Path) -> Result<u64, NodeError> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let seq = last.saturating_add(1).max(clock);
-    std::fs::write(&path, format!("{seq}\n"))
-        .map_err(|e| io("cannot write sequence file", &path, e))?;
+    // Temporary file, fsync, rename: a crash leaves the old number or the new one.
+    let temp = temp_beside(&path);
+    let written = std::fs::File::create(&temp)
+        .and_then(|mut f| {
+            f.write_all(format!("{seq}\n").as_bytes())
+                .and_then(|()| f.sync_all())
+        })
+        .and_then(|()| std::fs::rename(&temp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(io("cannot write sequence file", &path, e));
+    }
+    sync_dir_of(&path);
     Ok(seq)
 }
 

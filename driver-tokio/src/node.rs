@@ -30,6 +30,10 @@ pub const EXIT_USAGE: u8 = 2;
 /// Exit code: a local I/O error (reading the input file, writing the store or the output
 /// file, binding a socket).
 pub const EXIT_IO: u8 = 3;
+/// Exit code: interrupted by SIGINT or SIGTERM before the command finished (128 + 2, the
+/// shell's convention for SIGINT). A `fetch` removed its temporary file; the output was
+/// not touched.
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// Domain-separation tag for ids derived from names: a node started with `--id NAME`
 /// (anything but 64 hex digits) has the id BLAKE3(`NODE_ID_TAG` ‖ NAME).
@@ -65,6 +69,9 @@ pub enum NodeError {
     /// The operation failed (the message says how: the outcome class of a block, ...).
     #[error("{0}")]
     Failed(String),
+    /// SIGINT or SIGTERM arrived before the command finished.
+    #[error("interrupted: {0}")]
+    Interrupted(String),
 }
 
 impl NodeError {
@@ -76,6 +83,7 @@ impl NodeError {
             NodeError::Import(manifest::ImportError::TooManyBlocks { .. }) => EXIT_USAGE,
             NodeError::Import(_) | NodeError::Io { .. } => EXIT_IO,
             NodeError::Failed(_) => EXIT_FAILED,
+            NodeError::Interrupted(_) => EXIT_INTERRUPTED,
         }
     }
 
@@ -610,13 +618,21 @@ pub fn plan_fetch(args: &FetchArgs) -> Result<FetchPlan, NodeError> {
     })
 }
 
-/// An output path must name a file in an existing directory.
-fn check_output(output: &Path) -> Result<(), NodeError> {
-    if output.is_dir() {
-        return Err(NodeError::usage(
-            "-o",
-            format!("{} is a directory: name a file", output.display()),
-        ));
+/// An output path must name a regular file (or a path that does not exist yet) in an
+/// existing directory: `fetch` replaces it by renaming a verified temporary file over it,
+/// which would replace a device node, a FIFO or a socket with a plain file.
+pub fn check_output(output: &Path) -> Result<(), NodeError> {
+    if let Ok(meta) = std::fs::metadata(output) {
+        if !meta.is_file() {
+            return Err(NodeError::usage(
+                "-o",
+                format!(
+                    "{} is {}: fetch writes only regular files (or a new path)",
+                    output.display(),
+                    file_kind(&meta)
+                ),
+            ));
+        }
     }
     let parent = output.parent().filter(|p| !p.as_os_str().is_empty());
     if let Some(parent) = parent {
@@ -628,6 +644,25 @@ fn check_output(output: &Path) -> Result<(), NodeError> {
         }
     }
     Ok(())
+}
+
+/// What kind of file `meta` describes, in words, for an error message.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// Downloads the file: reads the manifest (block 0, validated against the chunk key) and

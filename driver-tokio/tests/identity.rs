@@ -134,3 +134,49 @@ fn key_sign_epoch_refuses_epoch_zero_and_a_missing_key_file() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("EPOCH"), "{err}");
 }
+
+/// Rule: an empty key file (what a first start on a full disk left before key files were
+/// written atomically) holds no key that was ever used: it is replaced by a new key,
+/// owner-only, instead of failing every later start.
+#[test]
+fn an_empty_key_file_is_replaced_by_a_new_key() {
+    let dir = TempDir::new("key-empty");
+    let path = dir.join("node.key");
+    std::fs::write(&path, "").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (key, created) = load_or_create_key(&path).unwrap();
+    assert!(created);
+    assert_eq!(key.id().len(), 64);
+    let (again, _) = load_or_create_key(&path).unwrap();
+    assert_eq!(again.id(), key.id());
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+/// Rule: a key that cannot be written (here: a file size limit of 0, as a full disk
+/// refuses the bytes) leaves no key file and no temporary file behind, and the next
+/// start, with room, creates the key.
+#[test]
+fn a_key_file_that_cannot_be_written_leaves_nothing_behind() {
+    let dir = TempDir::new("key-full");
+    let path = dir.join("node.key");
+    // `ulimit -f 0`: every write to a file fails (EFBIG); SIGXFSZ ignored so the write
+    // returns the error instead of killing the process.
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 0; exec {} key new {}",
+        common::procs::BIN,
+        path.display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("run sh");
+    assert!(
+        !out.status.success(),
+        "writing a key with no room succeeded"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let (_, created) = load_or_create_key(&path).unwrap();
+    assert!(created);
+}
