@@ -723,16 +723,18 @@ fn a_broken_body_after_a_404_head_is_still_a_miss() {
 
 #[test]
 fn a_404_that_says_corrupt_is_a_corrupt_copy_answered_and_any_other_reason_a_miss() {
-    for (reason, corrupt) in [
-        ("corrupt", true),
-        ("CORRUPT", true),
-        ("gone", false),
-        ("", false),
+    // Only that header says it: another field of the same length saying `corrupt` is no
+    // reason (`X-Peerblock-Mist`).
+    for (field, reason, corrupt) in [
+        ("X-Peerblock-Miss", "corrupt", true),
+        ("x-peerblock-miss", "CORRUPT", true),
+        ("X-Peerblock-Miss", "gone", false),
+        ("X-Peerblock-Miss", "", false),
+        ("X-Peerblock-Mist", "corrupt", false),
     ] {
         let mut ex = sent(&ClientConfig::default(), 1);
-        let head = format!(
-            "HTTP/1.1 404 Not Found\r\nX-Peerblock-Miss: {reason}\r\nContent-Length: 0\r\n\r\n"
-        );
+        let head =
+            format!("HTTP/1.1 404 Not Found\r\n{field}: {reason}\r\nContent-Length: 0\r\n\r\n");
         ex.handle_input(Instant::ZERO, head.as_bytes());
         let out = done(&mut ex);
         if corrupt {
