@@ -185,7 +185,25 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         &plan.store,
         DEFAULT_MAX_BLOCK_SIZE,
         plan.config.listener.block_cache_bytes,
-    );
+    )
+    .with_corrupt_counter(metrics.store_corrupt.clone());
+    // Temporary files of imports and writes killed mid-way (their process is gone).
+    let root = plan.store.clone();
+    match tokio::task::spawn_blocking(move || peerblock_common::store::remove_stale_temps(&root))
+        .await
+    {
+        Ok(Ok(removed)) if !removed.is_empty() => {
+            tracing::info!(
+                count = removed.len(),
+                "removed stale temporary files from the store"
+            )
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "scanning the store for stale temporary files failed")
+        }
+        Err(e) => tracing::warn!(error = %e, "the stale temporary file scan did not complete"),
+    }
     let server_config = Arc::new(
         plan.config
             .server_config(plan.node_id.clone(), advertised.clone()),

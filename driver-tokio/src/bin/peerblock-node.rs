@@ -105,5 +105,18 @@ fn import(args: &ImportArgs) -> Result<(), NodeError> {
             ""
         }
     );
+    if report.already_present {
+        if report.repaired.is_empty() {
+            eprintln!("the stored copy verified: nothing to repair");
+        }
+        for r in &report.repaired {
+            let what = if r.index == 0 {
+                "the manifest (block 0)".to_owned()
+            } else {
+                format!("block {}", r.index)
+            };
+            eprintln!("repaired {what}: it was {}", r.was);
+        }
+    }
     Ok(())
 }
