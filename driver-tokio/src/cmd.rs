@@ -83,7 +83,7 @@ fn client_options(
 }
 
 /// The client of a node or a command, from its configuration.
-fn client(
+pub(crate) fn client(
     config: &NodeConfig,
     clock: Clock,
     metrics: Metrics,
@@ -95,7 +95,7 @@ fn client(
 
 /// A seed for a command's randomness: different per run (reads spread differently each
 /// time), derived from the process id and the wall clock, never a global RNG.
-fn run_seed(tag: &[u8]) -> u64 {
+pub(crate) fn run_seed(tag: &[u8]) -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -106,7 +106,7 @@ fn run_seed(tag: &[u8]) -> u64 {
     u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
-fn lock(m: &SharedMembership) -> std::sync::MutexGuard<'_, Membership> {
+pub(crate) fn lock(m: &SharedMembership) -> std::sync::MutexGuard<'_, Membership> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -547,7 +547,11 @@ struct PeerTally {
 
 /// Learns the cluster for a fetch: the seeds' rosters, then (one round) the rosters of the
 /// members they named.
-async fn learn_cluster(client: &Client, seeds: &[String], membership: &SharedMembership) {
+pub(crate) async fn learn_cluster(
+    client: &Client,
+    seeds: &[String],
+    membership: &SharedMembership,
+) {
     let ask = |addr: String| {
         let client = client.clone();
         async move {

@@ -54,6 +54,10 @@ fn run(cli: Cli) -> Result<(), NodeError> {
             let plan = node::plan_get(&args)?;
             runtime()?.block_on(node::get(plan))
         }
+        Command::Check(args) => {
+            let plan = peerblock_tokio::check::plan_check(&args)?;
+            runtime()?.block_on(peerblock_tokio::check::check(plan))
+        }
         Command::Swarm(args) => {
             let plan = node::plan_swarm(&args)?;
             runtime()?.block_on(peerblock_tokio::swarm::swarm(plan))
