@@ -193,7 +193,8 @@ pub enum OutcomeClass {
     /// The peer refused for lack of capacity (503 with a refusal header), or the
     /// request waited past its deadline for one of the peer's connection slots.
     Busy,
-    /// The body failed validation or had the wrong length.
+    /// The body failed validation or had the wrong length, or the peer said its stored
+    /// copy is corrupt (`404` + `X-Peerblock-Miss: corrupt`).
     Invalid,
     /// Everything else: the peer could not be reached, timed out, failed or answered
     /// something unusable (the breaker rejected it, a dial failed, ...).
@@ -211,7 +212,7 @@ impl OutcomeClass {
             Ending::Miss => OutcomeClass::Absent,
             Ending::Refused(_) => OutcomeClass::Busy,
             Ending::Cancelled => OutcomeClass::Cancelled,
-            Ending::Failed(E::Validation | E::Length(_)) => OutcomeClass::Invalid,
+            Ending::Corrupt | Ending::Failed(E::Validation | E::Length(_)) => OutcomeClass::Invalid,
             Ending::UpstreamRefused { .. } | Ending::Failed(_) => OutcomeClass::Unavailable,
         }
     }
@@ -334,8 +335,10 @@ pub struct GetOptions {
     /// `get_validated`'s exact length; `None` is a plain `get` (bounded by
     /// `ClientConfig::max_body`).
     pub expected: Option<u64>,
-    /// The validator run on a body of exactly `expected` bytes (ignored without
-    /// `expected`).
+    /// The validator: run on a body of exactly `expected` bytes, or, without `expected`,
+    /// on a body of any length up to `ClientConfig::max_body` (core's `get_checked`: a
+    /// manifest checked against its key). A body it refuses ends the request as a failed
+    /// validation (`OutcomeClass::Invalid`).
     pub validator: Option<Validator>,
     /// The caller's own deadline: reaching it ends the request as a cancellation (and
     /// bounds the wait for a connection slot).

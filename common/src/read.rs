@@ -34,7 +34,9 @@ pub struct BlockSpec {
     pub path: BlockPath,
     /// Its exact length, if known: GETs are then `get_validated`.
     pub expected: Option<u64>,
-    /// The validator run on a body of exactly `expected` bytes.
+    /// The validator, run on a body of exactly `expected` bytes, or, without `expected`,
+    /// on a body of any length up to the client's body cap. A copy it refuses is an
+    /// invalid copy for the read: that peer is never asked again for this block.
     pub validator: Option<Validator>,
 }
 

@@ -105,7 +105,16 @@ pub mod header {
     /// ([`LoadTable`](crate::load::LoadTable)) so load-aware spreading sees what other
     /// clients are doing to a holder. Absent or malformed, it is simply unknown.
     pub const LOAD: &str = "X-Peerblock-Load";
+    /// peerblock's reason for a `404` that is not a plain miss: the holder had the block
+    /// but its stored copy failed verification (value [`super::MISS_CORRUPT`]) and was
+    /// quarantined. A reader learns that the block exists and that this holder has no
+    /// valid copy: it asks another holder and never counts the answer as absence.
+    pub const MISS: &str = "X-Peerblock-Miss";
 }
+
+/// The value of [`header::MISS`] for a quarantined copy: the holder's stored bytes failed
+/// their hash, so it answers `404` rather than serve them.
+pub const MISS_CORRUPT: &str = "corrupt";
 
 /// The statuses a peer answers with. Closed set: the server never invents others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

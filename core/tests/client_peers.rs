@@ -6,9 +6,10 @@ use bytes::Bytes;
 use peerblock_core::breaker::{BreakerConfig, State};
 use peerblock_core::client::{
     get_outcome, placement_members, BreakerPath, ConnectionFate, CooldownEntry, Ending,
-    ExchangeError, ExchangeOutcome, Peers, PeersConfig, PeersConfigError,
+    ExchangeError, ExchangeOutcome, Peers, PeersConfig, PeersConfigError, ProtocolError,
 };
 use peerblock_core::cooldown::CooldownConfig;
+use peerblock_core::http::ResponseError;
 use peerblock_core::placement::PeerId;
 use peerblock_core::read::{GetOutcome, PeerView};
 use peerblock_core::refusal::{PeerRefusal, RefusalReason};
@@ -25,6 +26,66 @@ fn secs(s: u64) -> Instant {
 
 fn outcome(ending: Ending) -> ExchangeOutcome {
     ExchangeOutcome::new(ending, BreakerPath::Data, ConnectionFate::Close)
+}
+
+/// A hard failure without a cooldown entry: the peer does not speak the wire form.
+fn protocol_violation() -> Ending {
+    Ending::Failed(ExchangeError::Protocol(ProtocolError::Http(
+        ResponseError::MalformedStatusLine,
+    )))
+}
+
+/// Rule: wrong bytes for one block (a failed validation, a wrong length) are a soft
+/// failure: the GET learns `Invalid`, and the peer's circuit opens only after the
+/// threshold of them in a row, so one rotten block never stops reads of its other blocks.
+#[test]
+fn invalid_bytes_are_invalid_for_the_read_and_open_the_circuit_only_at_the_threshold() {
+    let mut p = peers();
+    let threshold = BreakerConfig::default().failure_threshold;
+    for n in 1..=threshold {
+        let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+        let f = p.finish(
+            secs(0),
+            t,
+            outcome(Ending::Failed(ExchangeError::Validation)),
+        );
+        assert_eq!(f.get, GetOutcome::Invalid);
+        assert_eq!(f.cooldown, None);
+        assert_eq!(f.circuit_opened, n == threshold, "after {n} invalid blocks");
+    }
+    assert!(p.admit(secs(0), peer(1), BreakerPath::Data).is_err());
+    // A good block in between resets the count.
+    let t = p.admit(secs(0), peer(2), BreakerPath::Data).unwrap();
+    let _ = p.finish(
+        secs(0),
+        t,
+        outcome(Ending::Failed(ExchangeError::Validation)),
+    );
+    let t = p.admit(secs(0), peer(2), BreakerPath::Data).unwrap();
+    let _ = p.finish(secs(0), t, outcome(Ending::Block(Bytes::from_static(b"b"))));
+    for _ in 1..threshold {
+        let t = p.admit(secs(0), peer(2), BreakerPath::Data).unwrap();
+        let f = p.finish(
+            secs(0),
+            t,
+            outcome(Ending::Failed(ExchangeError::Validation)),
+        );
+        assert!(!f.circuit_opened);
+    }
+}
+
+/// Rule: a holder's "my copy is corrupt" (404 + `X-Peerblock-Miss: corrupt`) is
+/// `Invalid` for the read and never charged to the peer.
+#[test]
+fn a_corrupt_copy_is_invalid_for_the_read_and_never_charged() {
+    let mut p = peers();
+    for _ in 0..20 {
+        let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
+        let f = p.finish(secs(0), t, outcome(Ending::Corrupt));
+        assert_eq!(f.get, GetOutcome::Invalid);
+        assert!(!f.circuit_opened);
+    }
+    assert!(p.eligible(secs(0), &peer(1)));
 }
 
 fn refused(retry_after: Option<Duration>) -> Ending {
@@ -65,11 +126,7 @@ fn admit_counts_a_get_in_flight_until_it_finishes() {
 fn a_roster_fetch_is_admitted_through_an_open_circuit_and_not_counted_as_a_get() {
     let mut p = peers();
     let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
-    let f = p.finish(
-        secs(0),
-        t,
-        outcome(Ending::Failed(ExchangeError::Validation)),
-    );
+    let f = p.finish(secs(0), t, outcome(protocol_violation()));
     assert!(f.circuit_opened);
     assert!(p.admit(secs(1), peer(1), BreakerPath::Data).is_err());
     let roster = p.admit(secs(1), peer(1), BreakerPath::Roster).unwrap();
@@ -134,11 +191,7 @@ fn a_failed_dial_suppresses_the_peer_for_the_failed_cooldown() {
 fn a_hard_failure_opens_the_circuit_and_the_view_skips_the_peer_until_it_may_probe() {
     let mut p = peers();
     let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
-    let f = p.finish(
-        secs(0),
-        t,
-        outcome(Ending::Failed(ExchangeError::Validation)),
-    );
+    let f = p.finish(secs(0), t, outcome(protocol_violation()));
     assert!(f.circuit_opened);
     assert_eq!(p.breaker().unwrap().state(secs(0), &peer(1)), State::Open);
     assert!(!p.eligible(secs(9), &peer(1)));
@@ -154,11 +207,7 @@ fn the_view_asks_healthy_so_a_half_open_peer_with_its_probe_taken_is_ineligible(
     // admission would then turn the read's GET away.
     let mut p = peers();
     let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
-    let _ = p.finish(
-        secs(0),
-        t,
-        outcome(Ending::Failed(ExchangeError::Validation)),
-    );
+    let _ = p.finish(secs(0), t, outcome(protocol_violation()));
     let probe = p.admit(secs(10), peer(1), BreakerPath::Data).unwrap();
     assert_eq!(
         p.breaker().unwrap().state(secs(10), &peer(1)),
@@ -225,11 +274,7 @@ fn forget_clears_circuits_cooldowns_and_loads_but_keeps_gets_in_flight() {
     out.load = Some(3);
     let _ = p.finish(secs(0), t, out);
     let t = p.admit(secs(0), peer(2), BreakerPath::Data).unwrap();
-    let _ = p.finish(
-        secs(0),
-        t,
-        outcome(Ending::Failed(ExchangeError::Validation)),
-    );
+    let _ = p.finish(secs(0), t, outcome(protocol_violation()));
     let running = p.admit(secs(0), peer(3), BreakerPath::Data).unwrap();
     p.forget();
     assert!(p.eligible(secs(0), &peer(1)));
@@ -249,11 +294,7 @@ fn without_a_breaker_every_peer_is_admitted() {
     .unwrap();
     for _ in 0..3 {
         let t = p.admit(secs(0), peer(1), BreakerPath::Data).unwrap();
-        let f = p.finish(
-            secs(0),
-            t,
-            outcome(Ending::Failed(ExchangeError::Validation)),
-        );
+        let f = p.finish(secs(0), t, outcome(protocol_violation()));
         assert!(!f.circuit_opened);
     }
     assert!(p.eligible(secs(0), &peer(1)));

@@ -195,7 +195,7 @@ fn content_length_above_expected_is_rejected_before_any_body_byte() {
             }
         ))
     ));
-    assert_eq!(out.breaker, BreakerOutcome::HardFailure);
+    assert_eq!(out.breaker, BreakerOutcome::SoftFailure);
     assert_eq!(pair.stats.validations, 0);
 }
 
@@ -219,12 +219,12 @@ fn content_length_below_expected_is_rejected_at_the_head_before_any_body_byte() 
             }
         ))
     ));
-    assert_eq!(out.breaker, BreakerOutcome::HardFailure);
+    assert_eq!(out.breaker, BreakerOutcome::SoftFailure);
     assert_eq!(pair.stats.validations, 0);
 }
 
 #[test]
-fn short_body_is_a_hard_length_error_with_no_data_and_no_validation() {
+fn short_body_is_a_soft_length_error_with_no_data_and_no_validation() {
     // A close-delimited body: only its end shows it short.
     let mut pair = Pair::new([]);
     let mut response = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_vec();
@@ -238,7 +238,7 @@ fn short_body_is_a_hard_length_error_with_no_data_and_no_validation() {
             received: 9
         }))
     ));
-    assert_eq!(out.breaker, BreakerOutcome::HardFailure);
+    assert_eq!(out.breaker, BreakerOutcome::SoftFailure);
     assert_eq!(pair.stats.validations, 0);
 }
 
@@ -277,7 +277,7 @@ fn oversized_body_of_unknown_length_is_cut_at_expected_plus_one_bytes() {
         out.ending,
         Ending::Failed(ExchangeError::Length(LengthError::Long { limit: 10 }))
     ));
-    assert_eq!(out.breaker, BreakerOutcome::HardFailure);
+    assert_eq!(out.breaker, BreakerOutcome::SoftFailure);
 }
 
 #[test]
@@ -306,7 +306,7 @@ fn oversized_chunked_body_is_a_length_error() {
         out.ending,
         Ending::Failed(ExchangeError::Length(_)) | Ending::Failed(ExchangeError::Protocol(_))
     ));
-    assert_eq!(out.breaker, BreakerOutcome::HardFailure);
+    assert_eq!(out.breaker, BreakerOutcome::SoftFailure);
     assert_eq!(pair.stats.validations, 0);
 }
 
@@ -335,7 +335,7 @@ fn validator_runs_once_after_the_exact_length_check_and_its_verdict_decides() {
         out.ending,
         Ending::Failed(ExchangeError::Validation)
     ));
-    assert_eq!(out.breaker, BreakerOutcome::HardFailure);
+    assert_eq!(out.breaker, BreakerOutcome::SoftFailure);
     assert_eq!(pair.stats.validations, 2);
 }
 
@@ -719,6 +719,38 @@ fn a_broken_body_after_a_404_head_is_still_a_miss() {
     let out = done(&mut ex);
     assert!(matches!(out.ending, Ending::Miss), "{:?}", out.ending);
     assert_eq!(out.connection, ConnectionFate::Close);
+}
+
+#[test]
+fn a_404_that_says_corrupt_is_a_corrupt_copy_answered_and_any_other_reason_a_miss() {
+    for (reason, corrupt) in [
+        ("corrupt", true),
+        ("CORRUPT", true),
+        ("gone", false),
+        ("", false),
+    ] {
+        let mut ex = sent(&ClientConfig::default(), 1);
+        let head = format!(
+            "HTTP/1.1 404 Not Found\r\nX-Peerblock-Miss: {reason}\r\nContent-Length: 0\r\n\r\n"
+        );
+        ex.handle_input(Instant::ZERO, head.as_bytes());
+        let out = done(&mut ex);
+        if corrupt {
+            assert!(
+                matches!(out.ending, Ending::Corrupt),
+                "{reason}: {:?}",
+                out.ending
+            );
+        } else {
+            assert!(
+                matches!(out.ending, Ending::Miss),
+                "{reason}: {:?}",
+                out.ending
+            );
+        }
+        assert_eq!(out.breaker, BreakerOutcome::Answered, "{reason}");
+        assert_eq!(out.connection, ConnectionFate::Reuse, "{reason}");
+    }
 }
 
 #[test]

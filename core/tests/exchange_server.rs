@@ -250,6 +250,23 @@ fn miss_is_a_clean_404() {
 }
 
 #[test]
+fn a_corrupt_copy_is_a_404_that_says_corrupt_and_keeps_the_connection() {
+    let (_, ts, adm) = serve_one(config(), &get(path(1), ""), SourceResult::Corrupt);
+    let h = head(&ts[0]);
+    assert!(h.starts_with("HTTP/1.1 404 "), "{h}");
+    assert!(h.contains("X-Peerblock-Miss: corrupt\r\n"), "{h}");
+    assert!(h.contains("X-DART-Node: node-a"), "{h}");
+    assert_eq!(ts[0].close, Close::KeepOpen);
+    assert!(!ts[0].block);
+    let (_, miss, _) = serve_one(config(), &get(path(1), ""), SourceResult::Miss);
+    assert!(
+        !head(&miss[0]).contains("X-Peerblock-Miss"),
+        "a plain miss carries no reason"
+    );
+    assert_released(&adm);
+}
+
+#[test]
 fn source_error_is_500() {
     let (_, ts, _) = serve_one(config(), &get(path(1), ""), SourceResult::Failed);
     assert!(head(&ts[0]).starts_with("HTTP/1.1 500 "));
@@ -1057,6 +1074,33 @@ fn miss_with_origin_below_the_hop_bound_relays_with_hop_plus_one() {
     assert_eq!(ts[0].body, Bytes::from_static(b"relayed"));
     conn.close(T0, &mut adm);
     assert_released(&adm);
+}
+
+#[test]
+fn a_corrupt_copy_with_an_origin_is_relayed_and_past_the_hop_bound_says_corrupt() {
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, relay_config(true));
+    input(&mut conn, &mut adm, &with_origin(path(1), 0));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Corrupt)
+        .unwrap();
+    let evs = events(&mut conn);
+    assert!(
+        matches!(evs.as_slice(), [ServerEvent::Relay { .. }]),
+        "a good copy is fetched on the requester's behalf: {evs:?}"
+    );
+    conn.close(T0, &mut adm);
+
+    let mut adm = admission(AdmissionConfig::default());
+    let mut conn = accept(&mut adm, 1, relay_config(true));
+    input(&mut conn, &mut adm, &with_origin(path(1), 3));
+    let ids = fetch_ids(&events(&mut conn));
+    conn.handle_source(T0, &mut adm, ids[0].0, SourceResult::Corrupt)
+        .unwrap();
+    assert!(events(&mut conn).is_empty(), "hop 3 must not relay");
+    let h = head(&transmits(&mut conn, &mut adm)[0]);
+    assert!(h.starts_with("HTTP/1.1 404 "), "{h}");
+    assert!(h.contains("X-Peerblock-Miss: corrupt\r\n"), "{h}");
 }
 
 #[test]

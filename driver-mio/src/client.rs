@@ -713,6 +713,7 @@ fn new_exchange(
                 Some(expected) => {
                     ExchangeRequest::get_validated(host, block, *expected, validator.is_some())
                 }
+                None if validator.is_some() => ExchangeRequest::get_checked(host, block),
                 None => ExchangeRequest::get(host, block),
             }
         }

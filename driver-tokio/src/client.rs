@@ -316,6 +316,11 @@ impl Client {
                     *expected,
                     validator.is_some(),
                 ),
+                Kind::Block {
+                    block,
+                    expected: None,
+                    validator: Some(_),
+                } => ExchangeRequest::get_checked(&peer.addr, *block),
                 Kind::Block { block, .. } => ExchangeRequest::get(&peer.addr, *block),
                 Kind::Roster { caller } => ExchangeRequest::roster(&peer.addr, *caller),
             };

@@ -76,6 +76,9 @@ pub struct Metrics {
     pub reads_busy: u64,
     /// Reads that could reach no holder.
     pub reads_unavailable: u64,
+    /// Reads that received only invalid copies (every copy failed validation): the
+    /// block is stored but corrupt where it was read (`ReadOutcome::Invalid`).
+    pub reads_invalid: u64,
     /// Found reads whose bytes were not the block's (must stay 0).
     pub wrong_bytes: u64,
     /// Downloads started.
@@ -266,6 +269,8 @@ pub struct Reads {
     pub busy: u64,
     /// Reached no holder.
     pub unavailable: u64,
+    /// Received only invalid copies (corrupt holders, `ReadOutcome::Invalid`).
+    pub invalid: u64,
     /// Found with the wrong bytes (an invariant: always 0).
     pub wrong_bytes: u64,
     /// Still running when the run ended (an invariant: always 0).
@@ -403,6 +408,7 @@ impl Summary {
                 false_not_found: m.reads_false_not_found,
                 busy: m.reads_busy,
                 unavailable: m.reads_unavailable,
+                invalid: m.reads_invalid,
                 wrong_bytes: m.wrong_bytes,
                 unfinished: m.reads_unfinished,
             },
@@ -499,6 +505,7 @@ mod tests {
             "reads.false_not_found",
             "reads.busy",
             "reads.unavailable",
+            "reads.invalid",
             "downloads.started",
             "downloads.completed",
             "first_read_share.mean_top",

@@ -90,13 +90,18 @@ pub fn text(s: &Scenario, r: &RunResult) -> String {
     }
     let _ = writeln!(
         o,
-        "  block reads           {}: found {}, absent {} (false {}), busy {}, unavailable {}",
+        "  block reads           {}: found {}, absent {} (false {}), busy {}, unavailable {}{}",
         sum.reads.started,
         sum.reads.found,
         sum.reads.absent,
         sum.reads.false_absent,
         sum.reads.busy,
-        sum.reads.unavailable
+        sum.reads.unavailable,
+        if sum.reads.invalid > 0 {
+            format!(", invalid (every copy corrupt) {}", sum.reads.invalid)
+        } else {
+            String::new()
+        }
     );
     let _ = writeln!(
         o,

@@ -37,7 +37,12 @@ pub fn violations(m: &Metrics) -> Vec<String> {
     if m.downloads_unfinished > 0 {
         v.push(format!("{} downloads never ended", m.downloads_unfinished));
     }
-    let ended = m.reads_found + m.reads_absent + m.reads_busy + m.reads_unavailable + m.wrong_bytes;
+    let ended = m.reads_found
+        + m.reads_absent
+        + m.reads_busy
+        + m.reads_unavailable
+        + m.reads_invalid
+        + m.wrong_bytes;
     if ended + m.reads_unfinished != m.reads_started {
         v.push(format!(
             "{} reads started but {ended} ended",

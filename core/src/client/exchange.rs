@@ -103,6 +103,11 @@ pub enum RequestKind<'a> {
         /// Whether to hand the body to the caller's validator before success.
         validate: bool,
     },
+    /// `get_checked`: the block, any length up to [`ClientConfig::max_body`], then the
+    /// caller's validator (sequenced through [`ClientEvent::Validate`]): for a record whose
+    /// length is not known in advance but whose content can be checked, such as a
+    /// manifest against its content key.
+    GetChecked(BlockRequest<'a>),
     /// `fetch_roster`: the peer's roster. Takes the breaker's roster path.
     Roster {
         /// Who we are, so the peer can learn us; `None` is an anonymous fetch.
@@ -147,6 +152,16 @@ impl<'a> ExchangeRequest<'a> {
                 expected,
                 validate,
             },
+            caller_deadline: None,
+        }
+    }
+
+    /// `get_checked` of `block` from `host`: any length up to the body cap, then the
+    /// validator.
+    pub fn get_checked(host: &'a str, block: BlockRequest<'a>) -> Self {
+        ExchangeRequest {
+            host,
+            kind: RequestKind::GetChecked(block),
             caller_deadline: None,
         }
     }
@@ -301,6 +316,12 @@ impl Exchange {
             RequestKind::Get(block) => (
                 block_request(request.host, &block),
                 Want::Block { validate: false },
+                BodyLimit::AtMost(config.max_body),
+                BreakerPath::Data,
+            ),
+            RequestKind::GetChecked(block) => (
+                block_request(request.host, &block),
+                Want::Block { validate: true },
                 BodyLimit::AtMost(config.max_body),
                 BreakerPath::Data,
             ),
@@ -661,6 +682,7 @@ impl Exchange {
 
     fn classify_status(&self, head: &ResponseHead) -> Ending {
         match head.status() {
+            404 if head.is_corrupt_miss() => Ending::Corrupt,
             404 => Ending::Miss,
             // A refusal only with its header (`from_head` checks it); a plain 503 fails.
             503 => match PeerRefusal::from_head(head, self.config.max_refusal_cooldown) {

@@ -8,12 +8,14 @@
 //! |---|---|---|---|
 //! | `Block` (200, exact length, validator passed) | answered | – | the peer did its job |
 //! | `Miss` (404) | answered | – | "I do not hold it" is a legitimate answer; counting misses would trip breakers on healthy peers |
+//! | `Corrupt` (404 + `X-Peerblock-Miss: corrupt`) | answered | – | the holder checked its copy and refused to serve rot: it did its job |
 //! | `Roster` (200 roster) | answered | – | as `Block` |
 //! | `Refused` (503 + refusal header) | answered | refused (advertised `Retry-After`, bounded) | the peer is alive and said "not now": skip it briefly, never treat it as dead |
 //! | `UpstreamRefused` (502 + `X-DART-Upstream-Status`) | answered | – | the relay worked; the requester's credential was refused upstream |
 //! | `Cancelled` (the caller gave up) | answered | – | the peer demonstrably responded; charging it would open circuits on healthy peers (hedging losers) |
 //! | `Failed(DialFailed)`, `Failed(DialTimeout)` | hard | failed | a peer we cannot connect to is definitive; opening on one observation is cheap and reversible |
-//! | `Failed(Length)`, `Failed(Validation)`, `Failed(Protocol)` | hard | – | a validated protocol violation: the peer sent wrong bytes |
+//! | `Failed(Protocol)` | hard | – | a protocol violation: the peer does not speak the wire form |
+//! | `Failed(Length)`, `Failed(Validation)` | soft | – | wrong bytes for this block: bit rot on one copy is a fault of that block, not of the peer; it spends one unit of the failure budget, so a peer whose every block is wrong still opens its circuit after a few, while one rotten block never stops reads of the peer's other blocks |
 //! | `Failed(ResponseHeaderTimeout)`, `Failed(RequestTimeout)` | soft | – | the peer was slow; may be transient |
 //! | `Failed(Status)` (500, 503 without refusal header, other) | soft | – | the peer answered but failed; may be transient |
 //! | `Failed(Closed)` (connection ended before the response did) | soft | – | a truncated response; may be transient |
@@ -127,6 +129,10 @@ pub enum Ending {
     Block(Bytes),
     /// 404: the peer does not hold the block.
     Miss,
+    /// 404 with `X-Peerblock-Miss: corrupt`: the peer held the block but its stored copy
+    /// failed verification and was quarantined. The peer did its job (answered); the
+    /// block exists, and this peer has no valid copy of it.
+    Corrupt,
     /// A roster fetch succeeded.
     Roster(RosterAnswer),
     /// 503 with the refusal header: the peer is full.
@@ -157,7 +163,9 @@ impl Ending {
     pub fn classify(&self) -> Classification {
         use BreakerOutcome::*;
         let (breaker, cooldown) = match self {
-            Ending::Block(_) | Ending::Miss | Ending::Roster(_) => (Answered, None),
+            Ending::Block(_) | Ending::Miss | Ending::Corrupt | Ending::Roster(_) => {
+                (Answered, None)
+            }
             Ending::Refused(r) => (
                 Answered,
                 Some(CooldownEntry::Refused {
@@ -169,10 +177,10 @@ impl Ending {
                 ExchangeError::DialFailed | ExchangeError::DialTimeout(_) => {
                     (HardFailure, Some(CooldownEntry::Failed))
                 }
+                ExchangeError::Protocol(_) => (HardFailure, None),
                 ExchangeError::Length(_)
                 | ExchangeError::Validation
-                | ExchangeError::Protocol(_) => (HardFailure, None),
-                ExchangeError::ResponseHeaderTimeout(_)
+                | ExchangeError::ResponseHeaderTimeout(_)
                 | ExchangeError::RequestTimeout(_)
                 | ExchangeError::Status(_)
                 | ExchangeError::Closed => (SoftFailure, None),
@@ -315,17 +323,31 @@ mod tests {
     }
 
     #[test]
-    fn length_validation_and_protocol_errors_are_hard() {
+    fn a_protocol_violation_is_hard() {
+        assert_eq!(
+            class(Ending::Failed(ExchangeError::Protocol(
+                ProtocolError::Http(ResponseError::MalformedStatusLine)
+            ))),
+            (BreakerOutcome::HardFailure, None)
+        );
+    }
+
+    #[test]
+    fn wrong_bytes_for_one_block_are_soft_so_one_rotten_block_never_opens_a_circuit() {
         for e in [
             ExchangeError::Length(LengthError::Long { limit: 1 }),
             ExchangeError::Validation,
-            ExchangeError::Protocol(ProtocolError::Http(ResponseError::MalformedStatusLine)),
         ] {
-            assert_eq!(
-                class(Ending::Failed(e)),
-                (BreakerOutcome::HardFailure, None)
-            );
+            let ending = Ending::Failed(e);
+            assert!(ending.is_error());
+            assert_eq!(class(ending), (BreakerOutcome::SoftFailure, None));
         }
+    }
+
+    #[test]
+    fn a_corrupt_copy_reported_by_its_holder_is_answered_and_an_error() {
+        assert!(Ending::Corrupt.is_error());
+        assert_eq!(class(Ending::Corrupt), (BreakerOutcome::Answered, None));
     }
 
     #[test]

@@ -127,8 +127,10 @@ pub struct Finished {
 }
 
 /// What the read machine learns from an exchange that ended in `ending`: the block, a
-/// miss, a refusal with its (already bounded) `Retry-After`, or a failure for everything
-/// else (an upstream refusal, a cancellation, a roster answer to a GET, every error).
+/// miss, an invalid copy (a body that failed validation or had the wrong length, or a
+/// holder's `404` saying its copy is corrupt), a refusal with its (already bounded)
+/// `Retry-After`, or a failure for everything else (an upstream refusal, a cancellation,
+/// a roster answer to a GET, every other error).
 pub fn get_outcome(ending: Ending) -> GetOutcome {
     get_outcome_of(&ending)
 }
@@ -138,6 +140,10 @@ fn get_outcome_of(ending: &Ending) -> GetOutcome {
     match ending {
         Ending::Block(bytes) => GetOutcome::Found(bytes.clone()),
         Ending::Miss => GetOutcome::NotFound,
+        Ending::Corrupt
+        | Ending::Failed(
+            crate::client::ExchangeError::Validation | crate::client::ExchangeError::Length(_),
+        ) => GetOutcome::Invalid,
         Ending::Refused(refusal) => GetOutcome::Refused {
             retry_after: refusal.retry_after,
         },

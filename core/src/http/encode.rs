@@ -140,6 +140,9 @@ pub enum ResponseKind<'a> {
     BadRequest,
     /// `404`: unknown path, or the block is not held.
     NotFound,
+    /// `404` with `X-Peerblock-Miss: corrupt`: the block was held but its stored copy
+    /// failed verification and was quarantined.
+    Corrupt,
     /// `405` with `Allow: GET`.
     MethodNotAllowed,
     /// `431`: head too large (the connection closes).
@@ -168,7 +171,7 @@ impl ResponseKind<'_> {
         match self {
             ResponseKind::Block { .. } | ResponseKind::Roster { .. } => Status::Ok,
             ResponseKind::BadRequest => Status::BadRequest,
-            ResponseKind::NotFound => Status::NotFound,
+            ResponseKind::NotFound | ResponseKind::Corrupt => Status::NotFound,
             ResponseKind::MethodNotAllowed => Status::MethodNotAllowed,
             ResponseKind::HeaderFieldsTooLarge => Status::HeaderFieldsTooLarge,
             ResponseKind::InternalServerError => Status::InternalServerError,
@@ -185,6 +188,7 @@ impl ResponseKind<'_> {
             ResponseKind::Block { .. } | ResponseKind::Roster { .. } => b"",
             ResponseKind::BadRequest => b"bad request\n",
             ResponseKind::NotFound => b"not found\n",
+            ResponseKind::Corrupt => b"not found: the stored copy failed verification\n",
             ResponseKind::MethodNotAllowed => b"method not allowed\n",
             ResponseKind::HeaderFieldsTooLarge => b"request header fields too large\n",
             ResponseKind::InternalServerError => b"internal server error\n",
@@ -290,6 +294,7 @@ impl<'a> OutgoingResponse<'a> {
         }
         match self.kind {
             ResponseKind::MethodNotAllowed => out.put_slice(b"Allow: GET\r\n"),
+            ResponseKind::Corrupt => put_field(out, header::MISS, Some(wire::MISS_CORRUPT)),
             ResponseKind::UpstreamRefused { upstream_status } => {
                 put_name(out, header::UPSTREAM_STATUS);
                 put_decimal(out, u64::from(upstream_status));

@@ -64,6 +64,7 @@ pub struct ResponseHead {
     retry_after: Option<Span>,
     refused: Option<Span>,
     load: Option<Span>,
+    miss: Option<Span>,
 }
 
 impl ResponseHead {
@@ -126,6 +127,20 @@ impl ResponseHead {
     /// The refusal header's reason (`X-Peerblock-Refused`), if present.
     pub fn refused(&self) -> Option<&[u8]> {
         self.refused.map(|s| s.get(&self.head))
+    }
+
+    /// The `404` reason header's value (`X-Peerblock-Miss`), if present.
+    pub fn miss_reason(&self) -> Option<&[u8]> {
+        self.miss.map(|s| s.get(&self.head))
+    }
+
+    /// A quarantined copy: `404` with `X-Peerblock-Miss: corrupt` (any ASCII case). The
+    /// holder had the block and its copy failed verification: not proof of absence.
+    pub fn is_corrupt_miss(&self) -> bool {
+        self.status == 404
+            && self
+                .miss_reason()
+                .is_some_and(|r| r.eq_ignore_ascii_case(crate::wire::MISS_CORRUPT.as_bytes()))
     }
 
     /// `X-Peerblock-Load`: the responder's requests in progress when it wrote this head, as
@@ -482,7 +497,7 @@ impl ResponseDecoder {
         let mut te_count = 0u32;
         let (mut close, mut keep_alive_opt) = (false, false);
         let (mut node, mut upstream, mut retry_after, mut refused) = (None, None, None, None);
-        let mut load = None;
+        let (mut load, mut miss) = (None, None);
         for h in res.headers.iter() {
             let name = h.name.as_bytes();
             let value = h.value;
@@ -512,6 +527,9 @@ impl ResponseDecoder {
                 }
                 16 if name.eq_ignore_ascii_case(b"x-peerblock-load") => {
                     load = load.or(Some(Span::of(head, value)))
+                }
+                16 if name.eq_ignore_ascii_case(b"x-peerblock-miss") => {
+                    miss = miss.or(Some(Span::of(head, value)))
                 }
                 19 if name.eq_ignore_ascii_case(b"x-peerblock-refused") => {
                     refused = refused.or(Some(Span::of(head, value)))
@@ -622,6 +640,7 @@ impl ResponseDecoder {
             retry_after,
             refused,
             load,
+            miss,
         }))
     }
 }

@@ -24,6 +24,9 @@ pub(crate) enum Tried {
     Refused { until: Instant },
     /// No usable answer this round (dial failure, timeout, bad response).
     Failed,
+    /// Answered with a copy that is not the record (failed validation, or reported
+    /// corrupt by its holder). Kept across rounds: the read never asks it again.
+    Invalid,
 }
 
 /// One known peer.
@@ -140,7 +143,22 @@ impl Candidates {
                 .all(|c| c.tried == Tried::NotFound)
     }
 
-    /// A new round asks again everyone who did not answer `NotFound`.
+    /// How many candidates answered with an invalid copy.
+    pub(crate) fn invalid(&self) -> usize {
+        self.list
+            .iter()
+            .filter(|c| c.tried == Tried::Invalid)
+            .count()
+    }
+
+    /// Whether a retry round could ask anyone again: a candidate that failed or refused.
+    pub(crate) fn any_retryable(&self) -> bool {
+        self.list
+            .iter()
+            .any(|c| matches!(c.tried, Tried::Refused { .. } | Tried::Failed))
+    }
+
+    /// A new round asks again everyone who did not answer `NotFound` or an invalid copy.
     pub(crate) fn reset_for_round(&mut self) {
         for c in &mut self.list {
             if matches!(c.tried, Tried::Refused { .. } | Tried::Failed) {

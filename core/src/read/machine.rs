@@ -72,6 +72,8 @@ pub struct ReadStats {
     pub refusal_waits: u32,
     /// Retry pauses with nobody refusing.
     pub plain_retries: u32,
+    /// GETs answered with an invalid copy ([`GetOutcome::Invalid`]).
+    pub invalid: u32,
 }
 
 /// One read of one record: the read-round state machine.
@@ -86,9 +88,11 @@ pub struct ReadStats {
 /// unanswered) gets a second one alongside; never more than [`MAX_GETS_IN_FLIGHT`]. The
 /// first `Found` ends the read (the other GET is cancelled). A round that finds nothing
 /// ends, in this order: waiting out refusing possible holders (up to `max_refusal_waits`,
-/// then [`ReadOutcome::Busy`]); [`ReadOutcome::Absent`] if a close group's worth of peers
-/// answered `NotFound`; one retry round after `retry_delay`; then
-/// [`ReadOutcome::Unavailable`]. With `origin` configured, a read that peers cannot serve
+/// then [`ReadOutcome::Busy`]); if a peer answered with an invalid copy
+/// ([`GetOutcome::Invalid`]: never asked again by this read), a retry round while a
+/// failed or refusing peer may still have a valid copy, then [`ReadOutcome::Invalid`]
+/// (never `Absent`); [`ReadOutcome::Absent`] if a close group's worth of peers answered
+/// `NotFound`; one retry round after `retry_delay`; then [`ReadOutcome::Unavailable`]. With `origin` configured, a read that peers cannot serve
 /// ends with [`ReadEvent::FetchOrigin`]. `docs/read.md` has the full rules.
 ///
 /// # Driving contract
@@ -310,6 +314,10 @@ impl Read {
                         until: now + cooldown,
                     },
                 );
+            }
+            GetOutcome::Invalid => {
+                self.stats.invalid += 1;
+                self.candidates.set(&get.peer, Tried::Invalid);
             }
             GetOutcome::Failed => self.candidates.set(&get.peer, Tried::Failed),
         }
@@ -632,6 +640,17 @@ impl Read {
                 self.wait(now, left.max(self.config.retry_delay));
             } else {
                 self.finish(ReadOutcome::Busy);
+            }
+        } else if self.candidates.invalid() > 0 {
+            // A copy exists (an invalid one): never absence. Retry while a holder that
+            // failed or refused might have a valid copy; then say it is corrupt.
+            if self.candidates.any_retryable()
+                && self.stats.plain_retries < self.config.max_plain_retries
+            {
+                self.stats.plain_retries += 1;
+                self.wait(now, self.config.retry_delay);
+            } else {
+                self.finish(ReadOutcome::Invalid);
             }
         } else if self.proves_absence() {
             self.finish(ReadOutcome::Absent);

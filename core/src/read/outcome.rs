@@ -26,7 +26,14 @@ pub enum GetOutcome {
         /// The peer's `Retry-After`, if it sent one.
         retry_after: Option<Duration>,
     },
-    /// No usable answer: dial failure, timeout, reset, malformed or unverifiable response.
+    /// The peer answered with a copy that is not the record: the body failed the
+    /// driver's validation (wrong length or hash), or the peer said its stored copy is
+    /// corrupt (`404` + `X-Peerblock-Miss: corrupt`). The record exists; this peer has no
+    /// valid copy. The read never asks this peer for this record again and asks another
+    /// holder; the breaker is the driver's business (a failed validation is a soft
+    /// failure there, a corrupt-copy answer is not charged).
+    Invalid,
+    /// No usable answer: dial failure, timeout, reset, malformed response.
     Failed,
 }
 
@@ -57,6 +64,11 @@ pub enum ReadOutcome {
     /// Not enough holders could be reached (timeouts, dial failures, open circuits, too
     /// few candidates) to prove anything.
     Unavailable,
+    /// The record exists but no valid copy could be read: every copy received failed
+    /// validation or was reported corrupt by its holder ([`GetOutcome::Invalid`]), and
+    /// no other holder had one (after the read's retry). Corruption, never absence: an
+    /// operator repairs the holders (or the origin serves the read, when configured).
+    Invalid,
     /// The driver cancelled the read ([`Read::cancel`](super::Read::cancel)) before it had
     /// an outcome. Proves nothing about the record.
     Cancelled,
@@ -64,7 +76,7 @@ pub enum ReadOutcome {
 
 impl ReadOutcome {
     /// The outcome's name, as drivers print and count it: `found`, `origin`, `absent`,
-    /// `busy`, `unavailable`, `cancelled`.
+    /// `busy`, `unavailable`, `invalid`, `cancelled`.
     pub fn name(&self) -> &'static str {
         match self {
             ReadOutcome::Found(_) => "found",
@@ -72,6 +84,7 @@ impl ReadOutcome {
             ReadOutcome::Absent => "absent",
             ReadOutcome::Busy => "busy",
             ReadOutcome::Unavailable => "unavailable",
+            ReadOutcome::Invalid => "invalid",
             ReadOutcome::Cancelled => "cancelled",
         }
     }
@@ -132,6 +145,7 @@ mod tests {
             ReadOutcome::Absent,
             ReadOutcome::Busy,
             ReadOutcome::Unavailable,
+            ReadOutcome::Invalid,
             ReadOutcome::Cancelled,
         ] {
             assert_eq!(nothing.bytes(), None, "{nothing:?}");

@@ -301,6 +301,12 @@ pub enum SourceResult {
     Miss,
     /// The source failed (500).
     Failed,
+    /// The block was held but its stored copy failed verification (the source
+    /// quarantined it): `404` with `X-Peerblock-Miss: corrupt`, so readers ask another
+    /// holder and never take the answer as proof of absence. A relay-capable server
+    /// treats it as a miss for the relay decision (a request naming an origin is relayed,
+    /// fetching a good copy).
+    Corrupt,
     /// A relay's upstream refused the requester's credential with `status` (502 +
     /// `X-DART-Upstream-Status`).
     UpstreamRefused {
@@ -1086,25 +1092,32 @@ impl<S: Ord + Clone> ServerConnection<S> {
             other => {
                 let kind = match other {
                     SourceResult::Found(_) | SourceResult::External { .. } => return Ok(()),
-                    SourceResult::Miss => match (relay, &request.origin, *relayed) {
-                        (Some(config), Some(_), false) => {
-                            match relay::on_miss(&config, request.hop.0) {
-                                Ok(next) => {
-                                    *relayed = true;
-                                    slot.asked_at = Some(now);
-                                    let mut relayed_request = request.clone();
-                                    relayed_request.hop = Hop(next);
-                                    self.events.push_back(ServerEvent::Relay {
-                                        id,
-                                        request: relayed_request,
-                                    });
-                                    return Ok(());
+                    SourceResult::Miss | SourceResult::Corrupt => {
+                        let miss = if other == SourceResult::Corrupt {
+                            ResponseKind::Corrupt
+                        } else {
+                            ResponseKind::NotFound
+                        };
+                        match (relay, &request.origin, *relayed) {
+                            (Some(config), Some(_), false) => {
+                                match relay::on_miss(&config, request.hop.0) {
+                                    Ok(next) => {
+                                        *relayed = true;
+                                        slot.asked_at = Some(now);
+                                        let mut relayed_request = request.clone();
+                                        relayed_request.hop = Hop(next);
+                                        self.events.push_back(ServerEvent::Relay {
+                                            id,
+                                            request: relayed_request,
+                                        });
+                                        return Ok(());
+                                    }
+                                    Err(_) => miss,
                                 }
-                                Err(_) => ResponseKind::NotFound,
                             }
+                            _ => miss,
                         }
-                        _ => ResponseKind::NotFound,
-                    },
+                    }
                     SourceResult::Failed => ResponseKind::InternalServerError,
                     SourceResult::UpstreamRefused { status } if (100..=999).contains(&status) => {
                         ResponseKind::UpstreamRefused {

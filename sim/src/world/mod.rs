@@ -523,7 +523,7 @@ impl<'s> World<'s> {
                     ),
                     Reply::Closed => (GetResult::Closed, Ending::Failed(ExchangeError::Closed)),
                     // The driver verifies every body against the key: a wrong body is a
-                    // validated protocol violation, never `Found`.
+                    // failed validation (an invalid copy for the read), never `Found`.
                     Reply::Corrupt => (
                         GetResult::Corrupt,
                         Ending::Failed(ExchangeError::Validation),

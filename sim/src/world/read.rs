@@ -235,6 +235,12 @@ impl World<'_> {
             }
             // The simulator never cancels a read; counted as a failure if it ever does.
             ReadOutcome::Cancelled => false,
+            ReadOutcome::Invalid => {
+                // Only `corrupt` faults serve wrong bytes: every copy the read got was
+                // one of theirs. Told to the user as corrupt, never as "not found".
+                m.reads_invalid += 1;
+                false
+            }
             ReadOutcome::Unavailable => {
                 m.reads_unavailable += 1;
                 if self.s.client.reports_unavailable_as_not_found {

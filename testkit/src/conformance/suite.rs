@@ -97,6 +97,8 @@ macro_rules! conformance_suite {
             a_404_is_a_miss_of_class_absent,
             a_chunked_body_is_read_correctly,
             a_failing_validator_gives_an_invalid_outcome,
+            a_validator_without_a_length_checks_a_body_of_any_length,
+            a_404_that_says_corrupt_is_an_invalid_copy_not_a_miss,
             two_sequential_gets_reuse_one_connection,
             open_connections_per_peer_never_exceed_the_cap,
             a_closed_port_is_routed_around_after_one_attempt,
@@ -998,6 +1000,60 @@ pub fn a_chunked_body_is_read_correctly(d: &dyn Driver) {
     assert_eq!(got.bytes().unwrap().as_ref(), &body[..]);
 }
 
+/// A validator without an expected length (a manifest checked against its key) sees the
+/// whole body, whatever its length, and its verdict decides.
+pub fn a_validator_without_a_length_checks_a_body_of_any_length(d: &dyn Driver) {
+    let server = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"a manifest")));
+    let client = d.client(ClientSpec::new());
+    let peer = Peer::from_addr(&server.addr);
+    for (verdict, class) in [(true, OutcomeClass::Ok), (false, OutcomeClass::Invalid)] {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = Arc::clone(&seen);
+        let options = GetOptions {
+            validator: Some(Arc::new(move |b: &Bytes| {
+                s.lock().unwrap().push(b.clone());
+                verdict
+            })),
+            ..GetOptions::default()
+        };
+        let got = client.get(&peer, block(), options);
+        assert_eq!(got.class, class, "verdict {verdict}");
+        assert_eq!(
+            seen.lock().unwrap().as_slice(),
+            &[Bytes::from_static(b"a manifest")],
+            "the validator saw the whole body once"
+        );
+        if verdict {
+            assert_eq!(got.bytes().map(|b| b.as_ref()), Some(&b"a manifest"[..]));
+        } else {
+            assert_eq!(got.get, GetOutcome::Invalid);
+        }
+    }
+}
+
+/// A holder's 404 saying its copy is corrupt is an invalid copy for the read (class
+/// `invalid`), answered: never a miss, never a breaker failure.
+pub fn a_404_that_says_corrupt_is_an_invalid_copy_not_a_miss(d: &dyn Driver) {
+    let server = canned::serve(|_, _, _| {
+        Reply::Bytes(
+            b"HTTP/1.1 404 Not Found\r\nX-Peerblock-Miss: corrupt\r\nContent-Length: 0\r\n\r\n"
+                .to_vec(),
+        )
+    });
+    let client = d.client(ClientSpec::new());
+    let peer = Peer::from_addr(&server.addr);
+    for _ in 0..8 {
+        let got = client.get(&peer, block(), GetOptions::default());
+        assert_eq!(got.class, OutcomeClass::Invalid);
+        assert_eq!(got.get, GetOutcome::Invalid);
+        assert!(
+            matches!(got.ending, Some(Ending::Corrupt)),
+            "{:?}",
+            got.ending
+        );
+    }
+}
+
 /// A validator that says no makes the GET invalid; it saw the whole body.
 pub fn a_failing_validator_gives_an_invalid_outcome(d: &dyn Driver) {
     let server = canned::serve(|_, _, _| Reply::Bytes(canned::ok(b"corrupt!")));
@@ -1017,7 +1073,7 @@ pub fn a_failing_validator_gives_an_invalid_outcome(d: &dyn Driver) {
         "the validator saw the whole body"
     );
     assert_eq!(got.class, OutcomeClass::Invalid);
-    assert_eq!(got.get, GetOutcome::Failed);
+    assert_eq!(got.get, GetOutcome::Invalid);
     assert!(matches!(
         got.ending,
         Some(Ending::Failed(ExchangeError::Validation))
