@@ -209,8 +209,7 @@ impl StoreRead {
         match self {
             StoreRead::Found { block, .. } => SourceResult::Found(block),
             StoreRead::Missing => SourceResult::Miss,
-            // TODO(SourceResult::Corrupt): answered as a miss until core has the variant.
-            StoreRead::Corrupt => SourceResult::Miss,
+            StoreRead::Corrupt => SourceResult::Corrupt,
             StoreRead::Failed => SourceResult::Failed,
         }
     }
@@ -702,8 +701,8 @@ impl FileStore {
     }
 
     /// Reads block `path` on the calling thread (blocking) and verifies it
-    /// ([`read_block`](Self::read_block)): `Found`, `Miss` if its file does not exist or
-    /// was rotten (quarantined), `Failed` (with a warning) on any other I/O error or a
+    /// ([`read_block`](Self::read_block)): `Found`, `Miss` if its file does not exist,
+    /// `Corrupt` if it was rotten (quarantined), `Failed` (with a warning) on any other I/O error or a
     /// file above `max_block_size`.
     pub fn get_blocking(&self, path: &BlockPath) -> SourceResult {
         self.read_block(path).into_source_result()

@@ -783,8 +783,7 @@ impl ServerConn {
                 Opened::File(block) => (SourceResult::External { len: block.len }, Some(block)),
                 Opened::Missing => (SourceResult::Miss, None),
                 Opened::Failed => (SourceResult::Failed, None),
-                // TODO(SourceResult::Corrupt): a miss until core has the variant.
-                Opened::Corrupt => (SourceResult::Miss, None),
+                Opened::Corrupt => (SourceResult::Corrupt, None),
             },
         }
     }

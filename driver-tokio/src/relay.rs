@@ -12,6 +12,7 @@
 //! | 200 with block `i` of a chunk this node holds no manifest for | `Found` (kept in the hot-block cache, never written) | 200 |
 //! | 200 with a block that fails validation | `Failed` | 500 |
 //! | 404 | `Miss` (a relayed miss is final) | 404 |
+//! | 404 + `X-Peerblock-Miss: corrupt` (the upstream quarantined its copy) | `Corrupt` | 404 + `X-Peerblock-Miss: corrupt` |
 //! | 502 + `X-DART-Upstream-Status: S` (a relay further up) | `UpstreamRefused { status: S }` | 502 + S |
 //! | 401 or 403 (the origin refused the requester's credential) | `UpstreamRefused { status }` | 502 + the status |
 //! | anything else (refusal, timeout, dial failure, bad response) | `Failed` | 500 |

@@ -79,6 +79,7 @@ macro_rules! conformance_suite {
             a_method_other_than_get_is_405,
             a_bad_hop_is_400_and_the_source_is_never_invoked,
             a_block_file_above_the_max_block_size_is_500_on_every_request,
+            a_rotten_block_is_quarantined_and_answered_404_corrupt_while_the_others_are_served,
             pipelined_requests_then_half_close_get_every_response_in_order,
             many_concurrent_clients_all_get_exact_bytes,
             a_full_node_refuses_the_third_connection_with_503_and_retry_after,
@@ -518,6 +519,59 @@ pub fn a_block_file_above_the_max_block_size_is_500_on_every_request(d: &dyn Dri
         assert_eq!(r.status(), 200);
         assert_eq!(r.body, block_for(&good, 100));
     }
+    server.shutdown(Duration::from_secs(1));
+}
+
+/// A holder verifies what it holds: a block file that fails its manifest is answered
+/// `404` with `X-Peerblock-Miss: corrupt` (whichever path the driver serves files on:
+/// read or zero-copy), renamed `.<index>.corrupt` and counted; the chunk's other blocks
+/// and its manifest are served, and a hand repair is served afterwards.
+pub fn a_rotten_block_is_quarantined_and_answered_404_corrupt_while_the_others_are_served(
+    d: &dyn Driver,
+) {
+    let dir = TempDir::new("rotten");
+    let blocks: Vec<Vec<u8>> = (1..=3u8).map(|b| vec![b; 5000]).collect();
+    let manifest = peerblock_common::manifest::Manifest {
+        size: 15_000,
+        block_size: 5000,
+        hashes: blocks.iter().map(|b| *blake3::hash(b).as_bytes()).collect(),
+    };
+    let key = manifest.chunk_key();
+    let at = |index| BlockPath { key, index };
+    let store = dir.store(DEFAULT_MAX_BLOCK_SIZE);
+    store
+        .put_blocking(&at(0), &manifest.to_bytes())
+        .expect("put");
+    for (i, b) in blocks.iter().enumerate() {
+        store.put_blocking(&at(i as u64 + 1), b).expect("put");
+    }
+    let mut rotten = blocks[1].clone();
+    rotten[4321] ^= 0x10;
+    std::fs::write(store.file_of(&at(2)), &rotten).expect("rot block 2");
+    let server = node(d, &store, |_| {});
+    let mut c = Raw::connect(server.addr());
+    let r = c.get(&at(2));
+    assert_eq!(r.status(), 404);
+    assert!(r.head.is_corrupt_miss(), "404 says corrupt");
+    assert!(
+        store.chunk_dir(&at(2)).join(".2.corrupt").is_file() && !store.file_of(&at(2)).exists(),
+        "the rotten file is quarantined"
+    );
+    assert_eq!(store.corrupt_count(), 1);
+    for i in [1u64, 3] {
+        let r = c.get(&at(i));
+        assert_eq!(r.status(), 200, "block {i}");
+        assert_eq!(&r.body[..], &blocks[i as usize - 1][..]);
+    }
+    let r = c.get(&at(0));
+    assert_eq!((r.status(), &r.body[..]), (200, &manifest.to_bytes()[..]));
+    // Now a plain miss (the file is gone), then the hand repair is served.
+    let r = c.get(&at(2));
+    assert_eq!(r.status(), 404);
+    assert!(!r.head.is_corrupt_miss());
+    std::fs::write(store.file_of(&at(2)), &blocks[1]).expect("hand repair");
+    let r = c.get(&at(2));
+    assert_eq!((r.status(), &r.body[..]), (200, &blocks[1][..]));
     server.shutdown(Duration::from_secs(1));
 }
 
