@@ -23,7 +23,7 @@
 //! # Holders check what they hold
 //!
 //! Before a block read from disk is served the first time, the store verifies it: block 0
-//! (the manifest, when it is one: it starts with [`MANIFEST_HEADER`]) against the chunk
+//! (the manifest, when it is one: it starts with [`crate::manifest::MANIFEST_HEADER`]) against the chunk
 //! key, block `i` against the chunk's manifest ([`Manifest::verify_block`], the manifest
 //! loaded from `<chunk>/0` and verified against the key). What was verified is remembered
 //! by file identity (device, inode, length, modification and change times) in a bounded
