@@ -7,7 +7,11 @@
 //!   hot-cache miss costs once the file was verified), hot-block cache off;
 //! - `read_block_cold/SIZE`: the same read with the verified table emptied before every
 //!   read (a new store each time), so the block is hashed on every read: the first-serve
-//!   cost.
+//!   cost (it includes loading and verifying the one-block manifest, about 100 bytes);
+//! - `open_fstat/SIZE`: `File::open` and `fstat` of the block file, what the zero-copy
+//!   path did per request before verification;
+//! - `open_block_verified/SIZE`: `FileStore::open_block` of a verified file, what it does
+//!   now (open, fstat, one look-up in the verified table).
 //!
 //! Run: `cargo bench -p peerblock-common --bench verify -- --warm-up-time 1 --measurement-time 3`
 
@@ -54,6 +58,16 @@ fn verify(c: &mut Criterion) {
         assert!(matches!(warm.read_block(&path), StoreRead::Found { .. }));
         g.bench_function(BenchmarkId::new("read_block_verified", size), |b| {
             b.iter(|| warm.read_block(black_box(&path)))
+        });
+        let file = warm.file_of(&path);
+        g.bench_function(BenchmarkId::new("open_fstat", size), |b| {
+            b.iter(|| {
+                let f = std::fs::File::open(black_box(&file)).expect("open");
+                f.metadata().expect("fstat").len()
+            })
+        });
+        g.bench_function(BenchmarkId::new("open_block_verified", size), |b| {
+            b.iter(|| warm.open_block(black_box(&path)))
         });
         g.bench_function(BenchmarkId::new("read_block_cold", size), |b| {
             b.iter(|| FileStore::with_cache(&root, 1 << 26, 0).read_block(black_box(&path)))
