@@ -4,8 +4,8 @@
 //! Everything an operator can get wrong is checked here, before anything is bound or
 //! served: a bad flag or configuration ends start-up with [`EXIT_USAGE`] and a message
 //! naming the flag or key and the rule. The binary (`src/bin/peerblock-node.rs`) parses
-//! the command line, builds a plan with [`plan_serve`] / [`plan_fetch`] / [`plan_get`],
-//! and runs it with [`serve_node`] / [`fetch`] / [`get`].
+//! the command line, builds a plan with [`plan_serve`] / [`plan_fetch`] / [`plan_get`] /
+//! [`plan_check`], and runs it with [`serve_node`] / [`fetch`] / [`get`] / [`check`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -257,7 +257,7 @@ pub struct ImportArgs {
 /// `check` arguments.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Prints one line per chunk (`CHUNK ok: N blocks`, or what is rotten, missing, quarantined or repaired) and a summary on stdout; progress on stderr.\nExit status: 0 if the store is clean (after repairs), 1 if damage remains, 2 usage, 3 I/O.\nStop `serve` on the store or not: a running node verifies what it serves anyway, and quarantines what it finds rotten.\nSee docs/node.md, `check`."
+    after_help = "Prints one line per chunk (`CHUNK ok: N blocks`, or what is rotten, missing, quarantined or repaired) and a summary on stdout; progress on stderr.\nExit status: 0 if the store is clean (after repairs), 1 if damage remains, 2 usage, 3 I/O.\n`check` may run while `serve` serves the store: a running node verifies what it serves anyway, and quarantines what it finds rotten.\nSee docs/node.md, `check`."
 )]
 pub struct CheckArgs {
     /// The store directory to check (never created).
@@ -567,6 +567,9 @@ pub fn ensure_store(store: &Path) -> Result<(), NodeError> {
 pub async fn serve_node(plan: ServePlan) -> Result<(), NodeError> {
     crate::cmd::serve(plan).await
 }
+
+/// `check`'s plan and command (kept with the command in [`crate::check`]).
+pub use crate::check::{check, plan_check, CheckPlan};
 
 /// Validates `swarm`'s arguments and scenario. Starts nothing.
 pub fn plan_swarm(args: &SwarmArgs) -> Result<crate::swarm::SwarmPlan, NodeError> {

@@ -55,8 +55,8 @@ fn run(cli: Cli) -> Result<(), NodeError> {
             runtime()?.block_on(node::get(plan))
         }
         Command::Check(args) => {
-            let plan = peerblock_tokio::check::plan_check(&args)?;
-            runtime()?.block_on(peerblock_tokio::check::check(plan))
+            let plan = node::plan_check(&args)?;
+            runtime()?.block_on(node::check(plan))
         }
         Command::Swarm(args) => {
             let plan = node::plan_swarm(&args)?;
