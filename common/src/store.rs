@@ -554,7 +554,6 @@ impl FileStore {
     /// and logs it, and forgets it everywhere.
     fn quarantine(&self, path: &BlockPath, id: FileId) {
         let file = self.file_of(path);
-        self.corrupt.inc();
         {
             let mut state = self.lock_verify();
             state.forget(path);
@@ -562,11 +561,18 @@ impl FileStore {
         self.lock_cache().remove(path);
         // Only the file that was checked: a repaired copy renamed into place since is
         // left alone (and verified on its next read).
-        let same = std::fs::symlink_metadata(&file).is_ok_and(|m| FileId::of(&m) == id);
-        if !same {
-            tracing::warn!(file = %file.display(), "block file failed verification (already replaced on disk)");
-            return;
+        match std::fs::symlink_metadata(&file) {
+            Ok(m) if FileId::of(&m) == id => {}
+            Ok(_) => {
+                self.corrupt.inc();
+                tracing::warn!(file = %file.display(), "block file failed verification (already replaced on disk)");
+                return;
+            }
+            // Gone: a concurrent read of the same rotten file quarantined it (and counted
+            // it), or it was removed by hand.
+            Err(_) => return,
         }
+        self.corrupt.inc();
         match quarantine_file(&self.chunk_dir(path), path.index) {
             Ok(to) => {
                 tracing::warn!(file = %file.display(), quarantined = %to.display(), "block file failed verification: quarantined, answered 404 corrupt")
@@ -1150,6 +1156,19 @@ mod tests {
         flip(&store.file_of(&at(key, 0)), 30);
         assert!(matches!(store.open_block(&at(key, 0)), Opened::Corrupt));
         assert_eq!(store.corrupt_count(), 2);
+    }
+
+    #[test]
+    fn a_rotten_file_quarantined_by_two_concurrent_reads_is_counted_once() {
+        let dir = Scratch::new("twice");
+        let (store, key, _) = imported(&dir);
+        let file = store.file_of(&at(key, 1));
+        let id = FileId::of(&std::fs::metadata(&file).unwrap());
+        // Both readers hashed the same rotten file; each quarantines it.
+        store.quarantine(&at(key, 1), id);
+        store.clone().quarantine(&at(key, 1), id);
+        assert_eq!(store.corrupt_count(), 1);
+        assert!(store.chunk_dir(&at(key, 1)).join(".1.corrupt").is_file());
     }
 
     #[test]
