@@ -86,6 +86,9 @@ def serve_summary(args):
                 "body_bytes_per_s": med_range(bps),
                 "loadavg1": med_range([float(r["load1"]) for r in rs]),
             }
+            if "p99_ms" in rs[0]:
+                per[s]["p99_ms"] = med_range([float(r["p99_ms"] or 0) for r in rs])
+                per[s]["timeouts"] = sum(int(r["timeouts"] or 0) for r in rs)
         ratios = {}
         rounds = sorted({int(r["round"]) for r in rows})
 
@@ -97,7 +100,8 @@ def serve_summary(args):
             return None
 
         ours = [s for s in servers if s.startswith("peerblock")]
-        bases = [s for s in servers if not s.startswith("peerblock")]
+        olds = [s for s in servers if s.startswith("base")]
+        bases = [s for s in servers if not s.startswith("peerblock") and s not in olds]
         nginxes = [s for s in bases if s.startswith("nginx")]
         targets = bases + (["nginx-best"] if len(nginxes) > 1 else [])
         pairs = [(a, b) for a in ours for b in targets]
@@ -106,6 +110,11 @@ def serve_summary(args):
         pairs += [(a, "peerblock") for a in ours if a != "peerblock" and "peerblock" in ours]
         if "peerblock-mio-sendfile" in ours and "peerblock-mio" in ours:
             pairs.append(("peerblock-mio-sendfile", "peerblock-mio"))
+        # The node against the baseline binary on the same path (new/old, per round), and
+        # the baseline against the other servers.
+        pairs = [(a, "base" + a[len("peerblock"):]) for a in ours
+                 if "base" + a[len("peerblock"):] in olds] + pairs
+        pairs += [(a, b) for a in olds for b in targets]
         for a, b in pairs:
             vals = []
             for rnd in rounds:
@@ -121,7 +130,7 @@ def serve_summary(args):
                 ratios[f"{a}/{b}"] = med_range(vals)
         # What each node path copied through user space per response, from its own
         # counters: bytes read from store files, bytes sent with sendfile.
-        for s in ours:
+        for s in ours + olds:
             rs = [r for r in rows if int(r["size"]) == size and r["server"] == s
                   and float(r.get("responses") or 0) > 0]
             if rs:
@@ -139,8 +148,11 @@ def serve_summary(args):
             if "store_read_bytes_per_response" in v:
                 copy = (f"read from files {v['store_read_bytes_per_response']:.1f} B/response, "
                         f"sendfile {v['sendfile_bytes_per_response']:.0f} B/response")
+            tail = ""
+            if "p99_ms" in v:
+                tail = f"p99 {fmt_mr(v['p99_ms'])} ms, timeouts {v['timeouts']}  "
             lines.append(f"  {s:<22} {fmt_mr(v['rps']):<28} "
-                         f"{fmt_mr(v['body_bytes_per_s'], 1 << 20):<26} {copy}")
+                         f"{fmt_mr(v['body_bytes_per_s'], 1 << 20):<26} {tail}{copy}")
         for k, v in ratios.items():
             lines.append(f"  {k:<32} {v['median']:.2f}x [{v['min']:.2f}, {v['max']:.2f}]"
                          f"  (per-round ratios: "

@@ -4,7 +4,7 @@
 //!
 //! | module | what it is |
 //! |---|---|
-//! | [`store`] | the file store: one file per block, atomic writes, bounded reads, a hot-block cache, and open files for a zero-copy path |
+//! | [`store`] | the file store: one file per block, atomic durable writes, bounded reads, verification before serving and quarantine of rotten files, a hot-block cache, open files for a zero-copy path, stale temporary file cleanup |
 //! | [`manifest`] | content addressing with BLAKE3: import, manifests, block validation |
 //! | [`config`] | the node's TOML configuration, checked with core's validators |
 //! | [`metrics`] | the Prometheus metrics every part of a node updates |

@@ -345,8 +345,40 @@ pub struct ImportReport {
     pub blocks: u64,
     /// File bytes imported.
     pub bytes: u64,
-    /// Whether the store already held this chunk (nothing was written).
+    /// Whether the store already held this chunk (its directory existed): then only
+    /// what [`repaired`](Self::repaired) lists was written.
     pub already_present: bool,
+    /// The files of a chunk already present that were missing or failed verification and
+    /// were replaced by the imported copy (index 0 is the manifest), in index order.
+    pub repaired: Vec<Repaired>,
+}
+
+/// One file an import over a chunk already present replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repaired {
+    /// The block index (0: the manifest).
+    pub index: u64,
+    /// What was wrong with the copy in the store.
+    pub was: Damage,
+}
+
+/// What was wrong with a stored block file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Damage {
+    /// No such file.
+    Missing,
+    /// Its bytes fail verification (the manifest against the chunk key, a block against
+    /// the manifest), or it could not be read.
+    Rotten,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Damage::Missing => "missing",
+            Damage::Rotten => "rotten",
+        })
+    }
 }
 
 /// Why an import failed.
@@ -405,10 +437,16 @@ pub fn import(file: &Path, store: &Path, block_size: u64) -> Result<ImportReport
 ///
 /// Streams: one block is in memory at a time. Atomic: everything is written into a
 /// temporary directory `<store>/.import-<pid>-<n>` first, which is renamed to
-/// `<store>/<chunk-hex>` once complete, so a reader never sees a partial chunk; if the
-/// chunk is already in the store, the temporary directory is removed and the existing
-/// chunk kept. `progress` is called with the file bytes done after every block.
-/// Blocking: call it from `spawn_blocking` in async code.
+/// `<store>/<chunk-hex>` once complete, so a reader never sees a partial chunk. Durable:
+/// every block file, the manifest and the temporary directory are `fsync`ed before the
+/// rename, the store directory after it.
+///
+/// If the chunk's directory is already in the store, what is there is verified (the
+/// manifest against the chunk key, every block against the manifest): each missing or
+/// rotten file is replaced by the imported copy (one atomic rename each, then an `fsync`
+/// of the chunk directory) and listed in [`ImportReport::repaired`]; the rest is kept.
+/// `progress` is called with the file bytes done after every block. Blocking: call it
+/// from `spawn_blocking` in async code.
 pub fn import_with_progress(
     file: &Path,
     store: &Path,
@@ -438,27 +476,86 @@ pub fn import_with_progress(
     let chunk = manifest.chunk_key();
     let dest = chunk_dir(store, &chunk);
     let blocks = manifest.blocks();
-    let mut already_present = dest.join("0").is_file();
-    if already_present {
-        let _ = fs::remove_dir_all(&tmp);
-    } else if let Err(e) = fs::rename(&tmp, &dest) {
-        let _ = fs::remove_dir_all(&tmp);
-        // A concurrent import of the same content may have won the rename.
-        if !dest.join("0").is_file() {
-            return Err(ImportError::Io {
-                what: "cannot move the imported chunk into place at",
-                path: dest,
-                source: e,
-            });
+    let mut already_present = dest.is_dir();
+    let mut repaired = Vec::new();
+    if !already_present {
+        match fs::rename(&tmp, &dest) {
+            Ok(()) => sync_dir(store).map_err(io_err("cannot sync", store))?,
+            // A concurrent import of the same content may have won the rename.
+            Err(_) if dest.is_dir() => already_present = true,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&tmp);
+                return Err(ImportError::Io {
+                    what: "cannot move the imported chunk into place at",
+                    path: dest,
+                    source: e,
+                });
+            }
         }
-        already_present = true;
+    }
+    if already_present {
+        let result = repair_chunk(&tmp, &dest, &chunk, &manifest);
+        let _ = fs::remove_dir_all(&tmp);
+        repaired = result?;
     }
     Ok(ImportReport {
         chunk,
         blocks,
         bytes: size,
         already_present,
+        repaired,
     })
+}
+
+/// Checks stored file `index` of chunk `chunk` (bytes of block 0 against the key, block
+/// `i` against `manifest`): `None` if it is sound.
+pub fn check_stored(
+    dir: &Path,
+    chunk: &ChunkKey,
+    manifest: &Manifest,
+    index: u64,
+) -> Option<Damage> {
+    match fs::read(dir.join(index.to_string())) {
+        Ok(bytes) => {
+            let sound = if index == 0 {
+                verify_manifest(chunk, &bytes)
+            } else {
+                manifest.verify_block(index, &bytes)
+            };
+            (!sound).then_some(Damage::Rotten)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(Damage::Missing),
+        Err(_) => Some(Damage::Rotten),
+    }
+}
+
+/// Replaces every missing or rotten file of the chunk in `dest` by its verified copy in
+/// `fresh` (a complete import of the same chunk).
+fn repair_chunk(
+    fresh: &Path,
+    dest: &Path,
+    chunk: &ChunkKey,
+    manifest: &Manifest,
+) -> Result<Vec<Repaired>, ImportError> {
+    let mut repaired = Vec::new();
+    for index in 0..=manifest.blocks() {
+        let Some(was) = check_stored(dest, chunk, manifest, index) else {
+            continue;
+        };
+        let to = dest.join(index.to_string());
+        fs::rename(fresh.join(index.to_string()), &to)
+            .map_err(io_err("cannot replace a damaged block file at", &to))?;
+        repaired.push(Repaired { index, was });
+    }
+    if !repaired.is_empty() {
+        sync_dir(dest).map_err(io_err("cannot sync", dest))?;
+    }
+    Ok(repaired)
+}
+
+/// `fsync`s directory `dir` (its new and renamed entries become durable).
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 fn temp_dir(store: &Path) -> Result<PathBuf, ImportError> {
@@ -477,7 +574,8 @@ fn temp_dir(store: &Path) -> Result<PathBuf, ImportError> {
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ImportError> {
     let mut f = File::create(path).map_err(io_err("cannot create", path))?;
-    f.write_all(bytes).map_err(io_err("cannot write", path))
+    f.write_all(bytes).map_err(io_err("cannot write", path))?;
+    f.sync_all().map_err(io_err("cannot sync", path))
 }
 
 fn write_chunk(
@@ -529,5 +627,106 @@ fn write_chunk(
         hashes,
     };
     write_file(&tmp.join("0"), &manifest.to_bytes())?;
+    sync_dir(tmp).map_err(io_err("cannot sync", tmp))?;
     Ok(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "peerblock-manifest-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    fn file_of(dir: &Path) -> (PathBuf, Vec<u8>) {
+        let data: Vec<u8> = (0..3500u32).map(|i| (i * 13 % 253) as u8).collect();
+        let f = dir.join("in.bin");
+        fs::write(&f, &data).unwrap();
+        (f, data)
+    }
+
+    #[test]
+    fn reimport_over_a_sound_chunk_repairs_nothing() {
+        let dir = scratch("sound");
+        let (f, _) = file_of(&dir);
+        let store = dir.join("s");
+        let first = import(&f, &store, 1000).unwrap();
+        assert!(!first.already_present && first.repaired.is_empty());
+        let again = import(&f, &store, 1000).unwrap();
+        assert!(again.already_present);
+        assert!(again.repaired.is_empty());
+        let leftovers: Vec<_> = fs::read_dir(&store)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn reimport_replaces_rotten_and_missing_blocks_and_keeps_the_rest() {
+        let dir = scratch("rot");
+        let (f, data) = file_of(&dir);
+        let store = dir.join("s");
+        let r = import(&f, &store, 1000).unwrap();
+        let chunk = chunk_dir(&store, &r.chunk);
+        let mut b2 = fs::read(chunk.join("2")).unwrap();
+        b2[5] ^= 1;
+        fs::write(chunk.join("2"), b2).unwrap();
+        fs::remove_file(chunk.join("4")).unwrap();
+        let again = import(&f, &store, 1000).unwrap();
+        assert_eq!(
+            again.repaired,
+            vec![
+                Repaired {
+                    index: 2,
+                    was: Damage::Rotten
+                },
+                Repaired {
+                    index: 4,
+                    was: Damage::Missing
+                }
+            ]
+        );
+        assert_eq!(fs::read(chunk.join("2")).unwrap(), &data[1000..2000]);
+        assert_eq!(fs::read(chunk.join("4")).unwrap(), &data[3000..]);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn reimport_restores_a_lost_or_rotten_manifest() {
+        let dir = scratch("lost");
+        let (f, _) = file_of(&dir);
+        let store = dir.join("s");
+        let r = import(&f, &store, 1000).unwrap();
+        let chunk = chunk_dir(&store, &r.chunk);
+        let manifest = fs::read(chunk.join("0")).unwrap();
+        fs::remove_file(chunk.join("0")).unwrap();
+        let again = import(&f, &store, 1000).unwrap();
+        assert_eq!(again.repaired.len(), 1);
+        assert_eq!(again.repaired[0].index, 0);
+        assert_eq!(again.repaired[0].was, Damage::Missing);
+        assert_eq!(fs::read(chunk.join("0")).unwrap(), manifest);
+        let mut rotten = manifest.clone();
+        rotten[30] ^= 1;
+        fs::write(chunk.join("0"), rotten).unwrap();
+        let third = import(&f, &store, 1000).unwrap();
+        assert_eq!(third.repaired[0].was, Damage::Rotten);
+        assert!(verify_manifest(
+            &r.chunk,
+            &fs::read(chunk.join("0")).unwrap()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

@@ -81,6 +81,10 @@ pub struct Metrics {
     /// Block bytes sent with `sendfile` straight from store files (the mio driver's
     /// zero-copy path): never copied through user space.
     pub sendfile_bytes: Counter,
+    /// `peerblock_store_corrupt_total`: block files of this node's store that failed
+    /// verification when read and were quarantined (renamed `.<index>.corrupt`; see
+    /// `peerblock_common::store`). Any increase means bit rot or tampering on this disk.
+    pub store_corrupt: Counter,
 }
 
 impl Default for Metrics {
@@ -112,6 +116,7 @@ impl Metrics {
             roster_verify_cache_hits: Counter::default(),
             store_read_bytes: Counter::default(),
             sendfile_bytes: Counter::default(),
+            store_corrupt: Counter::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -201,6 +206,11 @@ impl Metrics {
             "Block bytes sent with sendfile straight from store files",
             m.sendfile_bytes.clone(),
         );
+        r.register(
+            format!("{p}_store_corrupt"),
+            "Block files that failed verification when read and were quarantined",
+            m.store_corrupt.clone(),
+        );
         m.registry = Arc::new(registry);
         m
     }
@@ -285,7 +295,9 @@ mod tests {
         m.response(503);
         m.read_outcome("busy");
         m.get_outcome("ok", 0.002);
+        m.store_corrupt.inc();
         let text = m.render();
+        assert!(text.contains("peerblock_store_corrupt_total 1"), "{text}");
         assert!(
             text.contains("peerblock_connections_accepted_total 1"),
             "{text}"

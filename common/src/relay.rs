@@ -43,6 +43,9 @@ pub fn relayed_result(ending: Option<&Ending>) -> SourceResult {
     match ending {
         Some(Ending::Block(bytes)) => SourceResult::Found(bytes.clone()),
         Some(Ending::Miss) => SourceResult::Miss,
+        // The upstream's copy is rotten (it quarantined it): the requester hears the
+        // same, and asks another holder.
+        Some(Ending::Corrupt) => SourceResult::Corrupt,
         Some(Ending::UpstreamRefused { status }) => {
             SourceResult::UpstreamRefused { status: *status }
         }
@@ -89,6 +92,10 @@ mod tests {
             SourceResult::UpstreamRefused { status: 410 }
         );
         assert_eq!(relayed_result(Some(&Ending::Miss)), SourceResult::Miss);
+        assert_eq!(
+            relayed_result(Some(&Ending::Corrupt)),
+            SourceResult::Corrupt
+        );
         assert_eq!(
             relayed_result(Some(&Ending::Failed(ExchangeError::Status(500)))),
             SourceResult::Failed

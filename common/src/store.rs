@@ -20,6 +20,39 @@
 //! file larger than the store's `max_block_size` is never loaded: it is answered `Failed`
 //! (500) with a warning, so a stray large file cannot pin memory.
 //!
+//! # Holders check what they hold
+//!
+//! Before a block read from disk is served the first time, the store verifies it: block 0
+//! (the manifest, when it is one: it starts with [`crate::manifest::MANIFEST_HEADER`]) against the chunk
+//! key, block `i` against the chunk's manifest ([`Manifest::verify_block`], the manifest
+//! loaded from `<chunk>/0` and verified against the key). What was verified is remembered
+//! by file identity (device, inode, length, modification and change times) in a bounded
+//! table ([`MAX_VERIFIED_FILES`]), so a page-cached block is hashed once, not on every
+//! read, and a file changed on disk (a hand repair, a re-import) is verified again. Parsed
+//! manifests are kept in a small bounded cache ([`MAX_CACHED_MANIFESTS`]).
+//!
+//! A block that fails is **quarantined**: renamed to `.<index>.corrupt` in its chunk
+//! directory (a dot-name: never parsed as an index, never served), a warning names the
+//! file, the store's corrupt counter (`peerblock_store_corrupt_total`) goes up, and the
+//! request is answered [`StoreRead::Corrupt`] (core's `SourceResult::Corrupt`: `404` with
+//! `X-Peerblock-Miss: corrupt`). A rotten manifest is quarantined the same way; the
+//! chunk's other blocks then have no manifest.
+//!
+//! **Unverifiable blocks.** A chunk whose `<chunk>/0` is missing, or is not a manifest
+//! (does not start with the manifest header: blocks written by tests, or by
+//! `peerblock-node swarm`, which stores bare blocks without a manifest), has nothing to
+//! verify its blocks against: they are served as they are, as before verification
+//! existed ([`Verification::Unverifiable`]). Readers still validate every block end to
+//! end. The hot-block cache holds only verified bytes and bytes of such unverifiable
+//! chunks.
+//!
+//! # Stale temporary files
+//!
+//! A process killed mid-write leaves `.import-<pid>-<n>` directories (in the store) and
+//! `.<index>.tmp.<pid>.<n>` files (in chunk directories). [`remove_stale_temps`] removes
+//! those whose pid is not a live process (`/proc/<pid>` does not exist); `serve` and
+//! `check` run it at start.
+//!
 //! Every call here is blocking file I/O on the calling thread; each driver decides where
 //! it runs (the tokio driver on `spawn_blocking`, the mio driver on its worker threads,
 //! where a read of a page-cached block costs microseconds). [`FileStore::open_block`]
@@ -27,15 +60,19 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io::{self, Read as _, Write as _};
+use std::os::unix::fs::{FileExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use peerblock_core::bytes::Bytes;
 use peerblock_core::server::{SourceResult, MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX};
-use peerblock_core::wire::BlockPath;
+use peerblock_core::wire::{BlockPath, ChunkKey};
+use prometheus_client::metrics::counter::Counter;
+
+use crate::manifest::{verify_manifest, Manifest, MAX_MANIFEST_BYTES};
 
 /// Default [`FileStore`] bound on a block file's size: 64 MiB, the largest block core's
 /// default relay index bound is computed for (`MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX`), and the
@@ -78,20 +115,222 @@ pub enum StoreError {
 /// per-request path.
 pub const DEFAULT_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 
+/// Most block files whose verification a [`FileStore`] remembers: 65 536 (at most a few
+/// MiB of table: a block path, a file identity and a queue slot each, about 120 bytes).
+/// That is 64 GiB of store at the default 1 MiB block size; a block evicted from the
+/// table is simply hashed again on its next read from disk (once).
+pub const MAX_VERIFIED_FILES: usize = 65_536;
+
+/// Most parsed manifests a [`FileStore`] keeps: 64. A parsed manifest holds 32 bytes per
+/// block (32 KiB for a 1 GiB file at 1 MiB blocks, 2 MiB at the largest manifest), so the
+/// cache stays under 128 MiB in the worst case and a few MiB in practice, and a block read
+/// from disk in one of the 64 hottest chunks does not re-read and re-hash the manifest.
+pub const MAX_CACHED_MANIFESTS: usize = 64;
+
+/// How a block file's bytes start when it is a manifest: block 0 is verified against the
+/// chunk key only then (anything else is a chunk without a manifest: unverifiable).
+const MANIFEST_MAGIC: &[u8] = b"peerblock-manifest ";
+
 /// Blocks kept as files, one per block: `<root>/<chunk-hex>/<index>` (see the module
 /// docs), with a bounded in-memory cache of the blocks served or stored most recently.
-/// Cheap to clone (clones share the cache).
+/// Cheap to clone (clones share the cache, the verification table and the corrupt
+/// counter).
 ///
-/// The cache is sound because the store is content-addressed: a block's bytes never
-/// change under its path (a [`put_blocking`](Self::put_blocking) followed by [`cache_insert`](Self::cache_insert) replaces the cached copy too). A block
-/// file edited behind the node's back is served from the cache until evicted; readers
-/// validate every block end to end, so such a copy is rejected by them.
+/// Every block read from disk is verified before it is served (module docs, "Holders
+/// check what they hold"); the hot-block cache holds only verified blocks (and blocks of
+/// chunks without a manifest). A block file edited behind the node's back after it was
+/// cached is served from the cache until evicted: the cached bytes were verified.
 #[derive(Clone, Debug)]
 pub struct FileStore {
     root: Arc<PathBuf>,
     max_block_size: u64,
     cache: Arc<Mutex<BlockCache>>,
     lookups: Arc<AtomicU64>,
+    verify: Arc<Mutex<VerifyState>>,
+    corrupt: Counter,
+    hashed: Arc<AtomicU64>,
+}
+
+/// A file's identity: a file changed on disk (rewritten in place, or replaced by a rename)
+/// has another one, so it is verified again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileId {
+    /// The identity of the file `meta` describes.
+    pub fn of(meta: &Metadata) -> FileId {
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// What the store knows about a block's bytes when it serves them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verification {
+    /// Checked: block 0 against the chunk key, block `i` against the chunk's manifest.
+    Verified,
+    /// The chunk has no manifest (module docs): nothing to check against; served as is.
+    Unverifiable,
+}
+
+/// What [`FileStore::read_block`] found: the store-level verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreRead {
+    /// The block's bytes, verified or unverifiable (never rotten).
+    Found {
+        /// The bytes.
+        block: Bytes,
+        /// Whether they were checked.
+        verification: Verification,
+    },
+    /// No such block file.
+    Missing,
+    /// The file failed verification and was quarantined (`404` + `X-Peerblock-Miss:
+    /// corrupt`).
+    Corrupt,
+    /// The file exists but cannot be served: unreadable, or above `max_block_size`.
+    Failed,
+}
+
+impl StoreRead {
+    /// Core's answer for this verdict.
+    pub fn into_source_result(self) -> SourceResult {
+        match self {
+            StoreRead::Found { block, .. } => SourceResult::Found(block),
+            StoreRead::Missing => SourceResult::Miss,
+            StoreRead::Corrupt => SourceResult::Corrupt,
+            StoreRead::Failed => SourceResult::Failed,
+        }
+    }
+}
+
+/// What a relay may do with a block it fetched ([`FileStore::check_relayed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelayVerdict {
+    /// Validated (block 0 against the key, block `i` against a manifest this store
+    /// holds): serve it and write it to the store.
+    Store,
+    /// Block `i` of a chunk whose manifest this store does not hold: serve it (the reader
+    /// validates it), never write it.
+    ServeOnly,
+    /// It fails validation: do not serve it, do not write it (`Failed`).
+    Reject,
+}
+
+/// The bytes a verification looks at: already read (the buffered path) or still in the
+/// open file (the zero-copy path: hashed with positioned reads, the file's offset kept).
+enum Content<'a> {
+    Bytes(&'a [u8]),
+    File(&'a File, u64),
+}
+
+/// The outcome of one verification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Check {
+    Verified,
+    Unverifiable,
+    Corrupt,
+}
+
+/// Which block files were verified (by identity) and the parsed manifests, each bounded
+/// and evicted oldest first.
+#[derive(Debug, Default)]
+struct VerifyState {
+    files: HashMap<BlockPath, FileId>,
+    order: VecDeque<BlockPath>,
+    manifests: HashMap<ChunkKey, (FileId, Arc<Manifest>)>,
+    manifest_order: VecDeque<ChunkKey>,
+}
+
+impl VerifyState {
+    fn is_verified(&self, path: &BlockPath, id: &FileId) -> bool {
+        self.files.get(path) == Some(id)
+    }
+
+    fn record(&mut self, path: BlockPath, id: FileId) {
+        if self.files.insert(path, id).is_none() {
+            self.order.push_back(path);
+        }
+        while self.files.len() > MAX_VERIFIED_FILES {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.files.remove(&oldest);
+        }
+    }
+
+    fn forget(&mut self, path: &BlockPath) {
+        if self.files.remove(path).is_some() {
+            self.order.retain(|p| p != path);
+        }
+        if path.index == 0 && self.manifests.remove(&path.key).is_some() {
+            self.manifest_order.retain(|k| k != &path.key);
+        }
+    }
+
+    fn manifest(&self, key: &ChunkKey, id: &FileId) -> Option<Arc<Manifest>> {
+        match self.manifests.get(key) {
+            Some((seen, m)) if seen == id => Some(Arc::clone(m)),
+            _ => None,
+        }
+    }
+
+    fn keep_manifest(&mut self, key: ChunkKey, id: FileId, manifest: Arc<Manifest>) {
+        if self.manifests.insert(key, (id, manifest)).is_none() {
+            self.manifest_order.push_back(key);
+        }
+        while self.manifests.len() > MAX_CACHED_MANIFESTS {
+            let Some(oldest) = self.manifest_order.pop_front() else {
+                break;
+            };
+            self.manifests.remove(&oldest);
+        }
+    }
+}
+
+/// Reads `len` bytes of `file` from offset 0 with positioned reads (the file's offset is
+/// not moved) into a BLAKE3 hash; `None` if the file is shorter than `len` now.
+fn hash_file(file: &File, len: u64) -> io::Result<Option<blake3::Hash>> {
+    /// Bytes hashed per positioned read: large enough for BLAKE3's SIMD paths and few
+    /// system calls, small enough to stay in cache.
+    const STEP: usize = 256 * 1024;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; STEP.min(len as usize).max(1)];
+    let mut offset = 0u64;
+    while offset < len {
+        let want = ((len - offset) as usize).min(buf.len());
+        let n = file.read_at(&mut buf[..want], offset)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        hasher.update(&buf[..n]);
+        offset += n as u64;
+    }
+    Ok(Some(hasher.finalize()))
+}
+
+/// The dot-name a rotten block file `<index>` is renamed to in its chunk directory.
+pub fn quarantine_name(index: u64) -> String {
+    format!(".{index}.corrupt")
+}
+
+/// Renames block file `<chunk_dir>/<index>` to its quarantine name ([`quarantine_name`],
+/// replacing an older quarantined copy); returns the new path.
+pub fn quarantine_file(chunk_dir: &Path, index: u64) -> io::Result<PathBuf> {
+    let to = chunk_dir.join(quarantine_name(index));
+    std::fs::rename(chunk_dir.join(index.to_string()), &to)?;
+    Ok(to)
 }
 
 /// A FIFO-evicted map of blocks bounded by their total size. A block larger than an
@@ -160,6 +399,210 @@ impl FileStore {
                 ..BlockCache::default()
             })),
             lookups: Arc::new(AtomicU64::new(0)),
+            verify: Arc::default(),
+            corrupt: Counter::default(),
+            hashed: Arc::default(),
+        }
+    }
+
+    /// This store counting the blocks it quarantines in `counter` (the node's
+    /// `peerblock_store_corrupt_total`, [`crate::metrics::Metrics::store_corrupt`]).
+    pub fn with_corrupt_counter(mut self, counter: Counter) -> Self {
+        self.corrupt = counter;
+        self
+    }
+
+    /// Block files this store (any clone) found rotten and quarantined.
+    pub fn corrupt_count(&self) -> u64 {
+        self.corrupt.get()
+    }
+
+    /// How many times this store (any clone) hashed a block file to verify it (a file
+    /// verified once is not hashed again while its identity is unchanged and remembered).
+    pub fn verifications(&self) -> u64 {
+        self.hashed.load(Ordering::Relaxed)
+    }
+
+    fn lock_verify(&self) -> std::sync::MutexGuard<'_, VerifyState> {
+        self.verify.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Verifies block `path`, whose open file has identity `id` and content `content`
+    /// (module docs): a file verified before with the same identity is not hashed again;
+    /// a rotten one is quarantined here.
+    fn check(&self, path: &BlockPath, id: FileId, content: Content<'_>) -> Check {
+        if self.lock_verify().is_verified(path, &id) {
+            return Check::Verified;
+        }
+        if path.key.as_bytes().len() != blake3::OUT_LEN {
+            // Not a BLAKE3 chunk key: the chunk cannot have a manifest.
+            return Check::Unverifiable;
+        }
+        let verdict = if path.index == 0 {
+            let owned;
+            let bytes = match content {
+                Content::Bytes(b) => b,
+                Content::File(f, len) => {
+                    // The magic first: a block 0 that is not a manifest (test data, say)
+                    // is not read whole on every zero-copy open.
+                    let mut magic = [0u8; MANIFEST_MAGIC.len()];
+                    if (len as usize) < magic.len()
+                        || f.read_exact_at(&mut magic, 0).is_err()
+                        || magic != MANIFEST_MAGIC
+                    {
+                        return Check::Unverifiable;
+                    }
+                    owned = match read_at_most(f, len) {
+                        Ok(Some(b)) => b,
+                        Ok(None) => return Check::Unverifiable,
+                        Err(e) => {
+                            tracing::warn!(%path, error = %e, "reading a manifest to verify it failed");
+                            return Check::Unverifiable;
+                        }
+                    };
+                    &owned[..]
+                }
+            };
+            if !bytes.starts_with(MANIFEST_MAGIC) {
+                return Check::Unverifiable;
+            }
+            self.hashed.fetch_add(1, Ordering::Relaxed);
+            if verify_manifest(&path.key, bytes) {
+                Check::Verified
+            } else {
+                Check::Corrupt
+            }
+        } else {
+            let Some(manifest) = self.manifest_of(&path.key) else {
+                return Check::Unverifiable;
+            };
+            self.hashed.fetch_add(1, Ordering::Relaxed);
+            let ok = match content {
+                Content::Bytes(b) => manifest.verify_block(path.index, b),
+                Content::File(f, len) => {
+                    manifest.block_len(path.index) == Some(len)
+                        && match hash_file(f, len) {
+                            Ok(Some(h)) => {
+                                h.as_bytes() == &manifest.hashes[(path.index - 1) as usize]
+                            }
+                            Ok(None) => false,
+                            Err(e) => {
+                                tracing::warn!(%path, error = %e, "reading a block to verify it failed");
+                                return Check::Unverifiable;
+                            }
+                        }
+                }
+            };
+            if ok {
+                Check::Verified
+            } else {
+                Check::Corrupt
+            }
+        };
+        match verdict {
+            Check::Verified => self.lock_verify().record(*path, id),
+            Check::Corrupt => self.quarantine(path, id),
+            Check::Unverifiable => {}
+        }
+        verdict
+    }
+
+    /// The verified manifest of chunk `key` (cached, or read from `<chunk>/0` and checked
+    /// against the key); `None` if the chunk has none. A rotten manifest is quarantined.
+    fn manifest_of(&self, key: &ChunkKey) -> Option<Arc<Manifest>> {
+        let path = BlockPath {
+            key: *key,
+            index: 0,
+        };
+        let file = self.file_of(&path);
+        let f = match File::open(&file) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "opening a manifest failed: its blocks are served unverified");
+                return None;
+            }
+        };
+        let meta = f.metadata().ok().filter(Metadata::is_file)?;
+        let id = FileId::of(&meta);
+        if let Some(m) = self.lock_verify().manifest(key, &id) {
+            return Some(m);
+        }
+        let bytes = match read_at_most(&f, meta.len()) {
+            Ok(Some(b)) => b,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "reading a manifest failed: its blocks are served unverified");
+                return None;
+            }
+        };
+        if !bytes.starts_with(MANIFEST_MAGIC) {
+            return None;
+        }
+        if !verify_manifest(key, &bytes) {
+            self.quarantine(&path, id);
+            return None;
+        }
+        let manifest = Arc::new(Manifest::parse(&bytes).ok()?);
+        let mut state = self.lock_verify();
+        state.record(path, id);
+        state.keep_manifest(*key, id, Arc::clone(&manifest));
+        Some(manifest)
+    }
+
+    /// Moves rotten block file `path` (still the file with identity `id`) aside, counts
+    /// and logs it, and forgets it everywhere.
+    fn quarantine(&self, path: &BlockPath, id: FileId) {
+        let file = self.file_of(path);
+        {
+            let mut state = self.lock_verify();
+            state.forget(path);
+        }
+        self.lock_cache().remove(path);
+        // Only the file that was checked: a repaired copy renamed into place since is
+        // left alone (and verified on its next read).
+        match std::fs::symlink_metadata(&file) {
+            Ok(m) if FileId::of(&m) == id => {}
+            Ok(_) => {
+                self.corrupt.inc();
+                tracing::warn!(file = %file.display(), "block file failed verification (already replaced on disk)");
+                return;
+            }
+            // Gone: a concurrent read of the same rotten file quarantined it (and counted
+            // it), or it was removed by hand.
+            Err(_) => return,
+        }
+        self.corrupt.inc();
+        match quarantine_file(&self.chunk_dir(path), path.index) {
+            Ok(to) => {
+                tracing::warn!(file = %file.display(), quarantined = %to.display(), "block file failed verification: quarantined, answered 404 corrupt")
+            }
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "block file failed verification; quarantining it failed")
+            }
+        }
+    }
+
+    /// Whether a block fetched by a relay may be served and written (module docs of the
+    /// drivers' relays): block 0 only if it is the chunk's manifest (BLAKE3 == key);
+    /// block `i` is written only if this store holds the chunk's verified manifest and
+    /// the block verifies against it, served without being written when the store has no
+    /// manifest for the chunk, and rejected when it fails the manifest it has.
+    pub fn check_relayed(&self, path: &BlockPath, bytes: &[u8]) -> RelayVerdict {
+        if path.index == 0 {
+            return if verify_manifest(&path.key, bytes) {
+                RelayVerdict::Store
+            } else {
+                RelayVerdict::Reject
+            };
+        }
+        if path.key.as_bytes().len() != blake3::OUT_LEN {
+            return RelayVerdict::ServeOnly;
+        }
+        match self.manifest_of(&path.key) {
+            Some(m) if m.verify_block(path.index, bytes) => RelayVerdict::Store,
+            Some(_) => RelayVerdict::Reject,
+            None => RelayVerdict::ServeOnly,
         }
     }
 
@@ -221,7 +664,8 @@ impl FileStore {
     }
 
     /// Stores block `path` atomically on the calling thread (blocking): a temporary file
-    /// in the chunk directory, `fsync`, rename. A block above `max_block_size` is refused
+    /// in the chunk directory, `fsync`, rename, `fsync` of the chunk directory (and of the
+    /// root when the chunk directory is new), so a block acknowledged survives a crash. A block above `max_block_size` is refused
     /// ([`StoreError::TooLarge`]). The cache is not touched (a driver that wants the
     /// stored block hot calls [`cache_insert`](Self::cache_insert)); an async runtime runs
     /// this off its reactor (the tokio driver on `spawn_blocking`).
@@ -236,10 +680,18 @@ impl FileStore {
             });
         }
         let dir = self.chunk_dir(path);
+        let new_dir = !dir.is_dir();
         std::fs::create_dir_all(&dir).map_err(|source| StoreError::Write {
             path: dir.clone(),
             source,
         })?;
+        if new_dir {
+            // The new chunk directory's entry in the root must survive a crash too.
+            sync_dir(&self.root).map_err(|source| StoreError::Write {
+                path: self.root.to_path_buf(),
+                source,
+            })?;
+        }
         let temp = dir.join(format!(
             ".{}.tmp.{}.{}",
             path.index,
@@ -250,7 +702,9 @@ impl FileStore {
             let mut f = std::fs::File::create(&temp)?;
             f.write_all(bytes)?;
             f.sync_all()?;
-            std::fs::rename(&temp, &file)
+            std::fs::rename(&temp, &file)?;
+            // The rename is durable only once the directory is.
+            sync_dir(&dir)
         })();
         written.map_err(|source| {
             let _ = std::fs::remove_file(&temp);
@@ -261,16 +715,27 @@ impl FileStore {
         })
     }
 
-    /// Reads block `path` on the calling thread (blocking): `Miss` if its file does not
-    /// exist, `Failed` (with a warning) on any other I/O error or a file above
-    /// `max_block_size`.
+    /// Reads block `path` on the calling thread (blocking) and verifies it
+    /// ([`read_block`](Self::read_block)): `Found`, `Miss` if its file does not exist,
+    /// `Corrupt` if it was rotten (quarantined), `Failed` (with a warning) on any other I/O error or a
+    /// file above `max_block_size`.
     pub fn get_blocking(&self, path: &BlockPath) -> SourceResult {
+        self.read_block(path).into_source_result()
+    }
+
+    /// Reads block `path` on the calling thread (blocking) and verifies it the first time
+    /// this file is read (module docs): `Missing` if its file does not exist, `Corrupt`
+    /// (quarantined, with a warning) if it fails verification, `Failed` (with a warning)
+    /// on any other I/O error or a file above `max_block_size`. The hot-block cache is not
+    /// touched: a driver caches what is `Found`.
+    pub fn read_block(&self, path: &BlockPath) -> StoreRead {
         self.lookups.fetch_add(1, Ordering::Relaxed);
         let file = self.file_of(path);
         let max = self.max_block_size;
-        let read = (|| -> io::Result<Result<Vec<u8>, u64>> {
+        let read = (|| -> io::Result<Result<(Vec<u8>, FileId), u64>> {
             let f = std::fs::File::open(&file)?;
-            let len = f.metadata()?.len();
+            let meta = f.metadata()?;
+            let len = meta.len();
             if len > max {
                 return Ok(Err(len));
             }
@@ -280,21 +745,47 @@ impl FileStore {
             if buf.len() as u64 > max {
                 return Ok(Err(buf.len() as u64));
             }
-            Ok(Ok(buf))
+            Ok(Ok((buf, FileId::of(&meta))))
         })();
         match read {
-            Ok(Ok(buf)) => SourceResult::Found(Bytes::from(buf)),
+            Ok(Ok((buf, id))) => match self.check(path, id, Content::Bytes(&buf)) {
+                Check::Verified => StoreRead::Found {
+                    block: Bytes::from(buf),
+                    verification: Verification::Verified,
+                },
+                Check::Unverifiable => StoreRead::Found {
+                    block: Bytes::from(buf),
+                    verification: Verification::Unverifiable,
+                },
+                Check::Corrupt => StoreRead::Corrupt,
+            },
             Ok(Err(len)) => {
                 tracing::warn!(file = %file.display(), len, max, "block file above the max block size: not served");
-                SourceResult::Failed
+                StoreRead::Failed
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => SourceResult::Miss,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => StoreRead::Missing,
             Err(e) => {
                 tracing::warn!(file = %file.display(), error = %e, "reading block file failed");
-                SourceResult::Failed
+                StoreRead::Failed
             }
         }
     }
+}
+
+/// Reads the whole of `f` (expected `len` bytes) with positioned reads; `None` if it is
+/// shorter than `len` now.
+fn read_at_most(f: &File, len: u64) -> io::Result<Option<Vec<u8>>> {
+    let len = len.min(MAX_MANIFEST_BYTES as u64 + 1) as usize;
+    let mut buf = vec![0u8; len];
+    let mut at = 0;
+    while at < len {
+        let n = f.read_at(&mut buf[at..], at as u64)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        at += n;
+    }
+    Ok(Some(buf))
 }
 
 /// An open block file for a zero-copy path: the file and its length, checked against the
@@ -317,12 +808,17 @@ pub enum Opened {
     /// The file exists but cannot be served: unreadable, or above `max_block_size`
     /// (`Failed`; a warning was logged).
     Failed,
+    /// The file failed verification and was quarantined (`Corrupt`; a warning was
+    /// logged).
+    Corrupt,
 }
 
 impl FileStore {
-    /// Opens block `path`'s file for a zero-copy send, without reading it: `Missing` if
-    /// it does not exist, `Failed` (with a warning) on any other error or a file above
-    /// `max_block_size`. The caller sends exactly `len` bytes; a file truncated under it
+    /// Opens block `path`'s file for a zero-copy send: `Missing` if it does not exist,
+    /// `Failed` (with a warning) on any other error or a file above `max_block_size`,
+    /// `Corrupt` if it fails verification (quarantined). The file is read (hashed with
+    /// positioned reads) only the first time this file identity is opened; after that it
+    /// is opened and `fstat`ed, never read, here. The caller sends exactly `len` bytes; a file truncated under it
     /// makes the send end early, which the caller must treat as a failed response (close
     /// the connection), never pad.
     pub fn open_block(&self, path: &BlockPath) -> Opened {
@@ -336,11 +832,18 @@ impl FileStore {
             if !meta.is_file() {
                 return Err(io::Error::other("not a regular file"));
             }
-            Ok((meta.len(), f))
+            Ok((meta.len(), FileId::of(&meta), f))
         });
         match opened {
-            Ok((len, f)) if len <= self.max_block_size => Opened::File(OpenBlock { file: f, len }),
-            Ok((len, _)) => {
+            Ok((len, id, f)) if len <= self.max_block_size => {
+                match self.check(path, id, Content::File(&f, len)) {
+                    Check::Corrupt => Opened::Corrupt,
+                    Check::Verified | Check::Unverifiable => {
+                        Opened::File(OpenBlock { file: f, len })
+                    }
+                }
+            }
+            Ok((len, _, _)) => {
                 tracing::warn!(file = %file.display(), len, max = self.max_block_size, "block file above the max block size: not served");
                 Opened::Failed
             }
@@ -350,5 +853,436 @@ impl FileStore {
                 Opened::Failed
             }
         }
+    }
+}
+
+/// `fsync`s directory `dir`, making the entries created or renamed in it durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Whether process `pid` is alive, by `/proc/<pid>`. Without a `/proc` (another OS, a
+/// container without it) every process is taken as alive, so nothing is removed.
+fn pid_alive(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return true;
+    }
+    pid == std::process::id() || proc.join(pid.to_string()).exists()
+}
+
+/// The pid in a temporary name the store or an import writes: `.import-<pid>-<n>` (a
+/// directory in the store root) or `.<index>.tmp.<pid>.<n>` (a file in a chunk directory).
+pub fn temp_owner(name: &str) -> Option<u32> {
+    if let Some(rest) = name.strip_prefix(".import-") {
+        let (pid, n) = rest.split_once('-')?;
+        n.parse::<u64>().ok()?;
+        return pid.parse().ok();
+    }
+    let rest = name.strip_prefix('.')?;
+    let mut parts = rest.split('.');
+    let (index, tmp, pid, n) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || tmp != "tmp" {
+        return None;
+    }
+    index.parse::<u64>().ok()?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+/// The temporary files and directories under `root` left by processes that are gone
+/// (`.import-<pid>-<n>` directories in the root, `.<index>.tmp.<pid>.<n>` files in chunk
+/// directories, their pid not a live process): what [`remove_stale_temps`] removes. A
+/// missing root has none.
+pub fn stale_temps(root: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut stale = Vec::new();
+    let entries = match std::fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(stale),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let kind = entry.file_type()?;
+        if name.starts_with(".import-") {
+            if temp_owner(name).is_some_and(|pid| !pid_alive(pid)) {
+                stale.push(entry.path());
+            }
+            continue;
+        }
+        if !kind.is_dir() || name.starts_with('.') {
+            continue;
+        }
+        for inner in std::fs::read_dir(entry.path())? {
+            let inner = inner?;
+            let n = inner.file_name();
+            let Some(n) = n.to_str() else { continue };
+            if n.contains(".tmp.") && temp_owner(n).is_some_and(|pid| !pid_alive(pid)) {
+                stale.push(inner.path());
+            }
+        }
+    }
+    stale.sort();
+    Ok(stale)
+}
+
+/// Removes what [`stale_temps`] finds (a killed import's `.import-*` directory can hold
+/// gigabytes), logging each removal; returns the paths removed. Errors on single entries
+/// are logged and skipped.
+pub fn remove_stale_temps(root: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    for path in stale_temps(root)? {
+        let gone = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match gone {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "removed a stale temporary file of a process that is gone");
+                removed.push(path);
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "removing a stale temporary file failed")
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{import, Manifest};
+
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let p = std::env::temp_dir().join(format!(
+                "peerblock-store-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Scratch(p)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A store holding an imported 3-block file (blocks of 1000 bytes, the last 500):
+    /// the store, the chunk key and the file's bytes.
+    fn imported(dir: &Scratch) -> (FileStore, ChunkKey, Vec<u8>) {
+        let data: Vec<u8> = (0..2500u32).map(|i| (i * 7 % 251) as u8).collect();
+        let file = dir.0.join("input.bin");
+        std::fs::write(&file, &data).unwrap();
+        let root = dir.0.join("store");
+        let report = import(&file, &root, 1000).unwrap();
+        (
+            FileStore::with_cache(&root, 1 << 20, 1 << 20),
+            report.chunk,
+            data,
+        )
+    }
+
+    fn at(key: ChunkKey, index: u64) -> BlockPath {
+        BlockPath { key, index }
+    }
+
+    fn flip(file: &Path, at: usize) {
+        let mut b = std::fs::read(file).unwrap();
+        b[at] ^= 0x01;
+        std::fs::write(file, b).unwrap();
+    }
+
+    fn found(r: StoreRead) -> (Bytes, Verification) {
+        match r {
+            StoreRead::Found {
+                block,
+                verification,
+            } => (block, verification),
+            other => panic!("expected Found, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_sound_block_is_verified_against_the_manifest_and_served() {
+        let dir = Scratch::new("sound");
+        let (store, key, data) = imported(&dir);
+        let (block, v) = found(store.read_block(&at(key, 2)));
+        assert_eq!(&block[..], &data[1000..2000]);
+        assert_eq!(v, Verification::Verified);
+        let (_, v0) = found(store.read_block(&at(key, 0)));
+        assert_eq!(v0, Verification::Verified);
+        assert_eq!(store.corrupt_count(), 0);
+    }
+
+    #[test]
+    fn a_rotten_block_is_quarantined_counted_and_answered_corrupt_while_the_others_are_served() {
+        let dir = Scratch::new("rotten");
+        let (store, key, data) = imported(&dir);
+        let file = store.file_of(&at(key, 2));
+        flip(&file, 10);
+        assert_eq!(store.read_block(&at(key, 2)), StoreRead::Corrupt);
+        assert_eq!(store.corrupt_count(), 1);
+        assert!(!file.exists(), "the rotten file is no longer served");
+        assert!(store.chunk_dir(&at(key, 2)).join(".2.corrupt").is_file());
+        assert_eq!(
+            store.read_block(&at(key, 2)),
+            StoreRead::Missing,
+            "quarantined"
+        );
+        let (b1, _) = found(store.read_block(&at(key, 1)));
+        assert_eq!(&b1[..], &data[..1000]);
+        let (b3, _) = found(store.read_block(&at(key, 3)));
+        assert_eq!(&b3[..], &data[2000..]);
+    }
+
+    #[test]
+    fn a_block_of_the_wrong_length_is_rotten_even_if_a_prefix_matches() {
+        let dir = Scratch::new("short");
+        let (store, key, data) = imported(&dir);
+        std::fs::write(store.file_of(&at(key, 1)), &data[..999]).unwrap();
+        assert_eq!(store.read_block(&at(key, 1)), StoreRead::Corrupt);
+    }
+
+    #[test]
+    fn a_rotten_manifest_is_quarantined_and_its_blocks_become_unverifiable() {
+        let dir = Scratch::new("manifest");
+        let (store, key, _) = imported(&dir);
+        flip(&store.file_of(&at(key, 0)), 40);
+        assert_eq!(store.read_block(&at(key, 0)), StoreRead::Corrupt);
+        assert!(store.chunk_dir(&at(key, 0)).join(".0.corrupt").is_file());
+        let (_, v) = found(store.read_block(&at(key, 1)));
+        assert_eq!(v, Verification::Unverifiable);
+    }
+
+    #[test]
+    fn a_rotten_manifest_found_while_verifying_a_block_is_quarantined_too() {
+        let dir = Scratch::new("manifest-via-block");
+        let (store, key, _) = imported(&dir);
+        flip(&store.file_of(&at(key, 0)), 40);
+        let (_, v) = found(store.read_block(&at(key, 3)));
+        assert_eq!(v, Verification::Unverifiable);
+        assert_eq!(store.corrupt_count(), 1);
+        assert!(!store.file_of(&at(key, 0)).exists());
+    }
+
+    #[test]
+    fn blocks_of_a_chunk_without_a_manifest_are_served_unverified_as_before() {
+        let dir = Scratch::new("bare");
+        let store = FileStore::new(dir.0.join("s"), 1 << 20);
+        let key = ChunkKey::from_array([9; 32]);
+        // A block 0 that is not a manifest (test data), and a block with no block 0.
+        store.put_blocking(&at(key, 0), b"not a manifest").unwrap();
+        store.put_blocking(&at(key, 5), b"bare block").unwrap();
+        let other = ChunkKey::from_array([8; 32]);
+        store.put_blocking(&at(other, 1), b"lonely").unwrap();
+        for p in [at(key, 0), at(key, 5), at(other, 1)] {
+            let (_, v) = found(store.read_block(&p));
+            assert_eq!(v, Verification::Unverifiable, "{p}");
+        }
+        assert_eq!(store.corrupt_count(), 0);
+    }
+
+    #[test]
+    fn a_verified_file_is_hashed_once_while_its_identity_is_unchanged() {
+        let dir = Scratch::new("once");
+        let (store, key, _) = imported(&dir);
+        let uncached = FileStore::with_cache(store.root(), 1 << 20, 0);
+        for _ in 0..5 {
+            found(uncached.read_block(&at(key, 1)));
+        }
+        // The manifest (loaded for block 1) and block 1: one hash each.
+        assert_eq!(uncached.verifications(), 1);
+        for _ in 0..3 {
+            assert!(matches!(uncached.open_block(&at(key, 1)), Opened::File(_)));
+        }
+        assert_eq!(
+            uncached.verifications(),
+            1,
+            "the zero-copy path shares the table"
+        );
+    }
+
+    #[test]
+    fn a_file_changed_on_disk_after_verification_is_verified_again() {
+        let dir = Scratch::new("changed");
+        let (store, key, _) = imported(&dir);
+        let uncached = FileStore::with_cache(store.root(), 1 << 20, 0);
+        found(uncached.read_block(&at(key, 2)));
+        // Replaced behind the node's back (a rename gives it a new identity).
+        let file = uncached.file_of(&at(key, 2));
+        let mut rotten = std::fs::read(&file).unwrap();
+        rotten[0] ^= 0x80;
+        let tmp = file.with_file_name(".swap");
+        std::fs::write(&tmp, &rotten).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        assert_eq!(uncached.read_block(&at(key, 2)), StoreRead::Corrupt);
+    }
+
+    #[test]
+    fn a_hand_repair_of_a_quarantined_block_is_verified_and_served() {
+        let dir = Scratch::new("repair");
+        let (store, key, data) = imported(&dir);
+        let file = store.file_of(&at(key, 3));
+        flip(&file, 3);
+        assert_eq!(store.read_block(&at(key, 3)), StoreRead::Corrupt);
+        std::fs::write(&file, &data[2000..]).unwrap();
+        let (b, v) = found(store.read_block(&at(key, 3)));
+        assert_eq!((&b[..], v), (&data[2000..], Verification::Verified));
+    }
+
+    #[test]
+    fn the_zero_copy_open_verifies_and_quarantines_too() {
+        let dir = Scratch::new("open");
+        let (store, key, _) = imported(&dir);
+        flip(&store.file_of(&at(key, 1)), 999);
+        assert!(matches!(store.open_block(&at(key, 1)), Opened::Corrupt));
+        assert!(matches!(store.open_block(&at(key, 1)), Opened::Missing));
+        flip(&store.file_of(&at(key, 0)), 0);
+        // A manifest whose magic rotted no longer looks like one: unverifiable, served.
+        assert!(matches!(store.open_block(&at(key, 0)), Opened::File(_)));
+        flip(&store.file_of(&at(key, 0)), 0);
+        flip(&store.file_of(&at(key, 0)), 30);
+        assert!(matches!(store.open_block(&at(key, 0)), Opened::Corrupt));
+        assert_eq!(store.corrupt_count(), 2);
+    }
+
+    #[test]
+    fn a_rotten_file_quarantined_by_two_concurrent_reads_is_counted_once() {
+        let dir = Scratch::new("twice");
+        let (store, key, _) = imported(&dir);
+        let file = store.file_of(&at(key, 1));
+        let id = FileId::of(&std::fs::metadata(&file).unwrap());
+        // Both readers hashed the same rotten file; each quarantines it.
+        store.quarantine(&at(key, 1), id);
+        store.clone().quarantine(&at(key, 1), id);
+        assert_eq!(store.corrupt_count(), 1);
+        assert!(store.chunk_dir(&at(key, 1)).join(".1.corrupt").is_file());
+    }
+
+    #[test]
+    fn a_rotten_block_never_enters_the_hot_cache() {
+        let dir = Scratch::new("nocache");
+        let (store, key, _) = imported(&dir);
+        flip(&store.file_of(&at(key, 2)), 1);
+        assert_eq!(store.read_block(&at(key, 2)), StoreRead::Corrupt);
+        assert_eq!(store.cached(&at(key, 2)), None);
+        assert_eq!(store.cached_bytes(), 0);
+    }
+
+    #[test]
+    fn a_relay_stores_only_what_validates() {
+        let dir = Scratch::new("relay");
+        let (store, key, data) = imported(&dir);
+        let manifest = std::fs::read(store.file_of(&at(key, 0))).unwrap();
+        assert_eq!(
+            store.check_relayed(&at(key, 0), &manifest),
+            RelayVerdict::Store
+        );
+        assert_eq!(
+            store.check_relayed(&at(key, 0), b"peerblock-manifest 1\nforged"),
+            RelayVerdict::Reject
+        );
+        assert_eq!(
+            store.check_relayed(&at(key, 1), &data[..1000]),
+            RelayVerdict::Store
+        );
+        assert_eq!(
+            store.check_relayed(&at(key, 1), &data[1..1001]),
+            RelayVerdict::Reject
+        );
+        let unknown = ChunkKey::from_array([3; 32]);
+        assert_eq!(
+            store.check_relayed(&at(unknown, 1), b"anything"),
+            RelayVerdict::ServeOnly
+        );
+        assert_eq!(
+            store.check_relayed(&at(unknown, 0), b"anything"),
+            RelayVerdict::Reject
+        );
+    }
+
+    #[test]
+    fn the_verified_table_and_the_manifest_cache_keep_their_bounds() {
+        let mut state = VerifyState::default();
+        let meta = std::fs::metadata(std::env::temp_dir()).unwrap();
+        let id = FileId::of(&meta);
+        for i in 0..=MAX_VERIFIED_FILES as u64 {
+            state.record(at(ChunkKey::from_array([1; 32]), i), id);
+        }
+        assert_eq!(state.files.len(), MAX_VERIFIED_FILES);
+        assert!(
+            !state.is_verified(&at(ChunkKey::from_array([1; 32]), 0), &id),
+            "oldest evicted"
+        );
+        let m = Arc::new(Manifest {
+            size: 0,
+            block_size: 1,
+            hashes: Vec::new(),
+        });
+        for i in 0..=MAX_CACHED_MANIFESTS {
+            let mut k = [0u8; 32];
+            k[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            state.keep_manifest(ChunkKey::from_array(k), id, Arc::clone(&m));
+        }
+        assert_eq!(state.manifests.len(), MAX_CACHED_MANIFESTS);
+    }
+
+    #[test]
+    fn stale_temporaries_of_dead_processes_are_removed_and_live_ones_kept() {
+        let dir = Scratch::new("stale");
+        let root = dir.0.join("store");
+        let chunk = root.join("ab".repeat(32));
+        std::fs::create_dir_all(root.join(".import-999999999-0")).unwrap();
+        std::fs::write(root.join(".import-999999999-0").join("1"), b"x").unwrap();
+        let mine = format!(".import-{}-0", std::process::id());
+        std::fs::create_dir_all(root.join(&mine)).unwrap();
+        std::fs::create_dir_all(&chunk).unwrap();
+        std::fs::write(chunk.join(".3.tmp.999999999.7"), b"x").unwrap();
+        std::fs::write(chunk.join(".2.corrupt"), b"x").unwrap();
+        std::fs::write(chunk.join("1"), b"x").unwrap();
+        let removed = remove_stale_temps(&root).unwrap();
+        assert_eq!(
+            removed,
+            vec![
+                root.join(".import-999999999-0"),
+                chunk.join(".3.tmp.999999999.7")
+            ]
+        );
+        assert!(root.join(&mine).is_dir(), "a live process's import is kept");
+        assert!(chunk.join(".2.corrupt").is_file() && chunk.join("1").is_file());
+    }
+
+    #[test]
+    fn temporary_names_give_their_owner_pid() {
+        assert_eq!(temp_owner(".import-42-0"), Some(42));
+        assert_eq!(temp_owner(".3.tmp.42.9"), Some(42));
+        assert_eq!(temp_owner(".3.corrupt"), None);
+        assert_eq!(temp_owner("3"), None);
+        assert_eq!(temp_owner(".import-x-0"), None);
+    }
+
+    #[test]
+    fn put_leaves_no_temporary_file_and_reads_back() {
+        let dir = Scratch::new("put");
+        let store = FileStore::new(dir.0.join("s"), 1 << 20);
+        let p = at(ChunkKey::from_array([4; 32]), 1);
+        store.put_blocking(&p, b"abc").unwrap();
+        let names: Vec<_> = std::fs::read_dir(store.chunk_dir(&p))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["1"]);
     }
 }

@@ -36,7 +36,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Token};
 use peerblock_common::metrics::Metrics;
 use peerblock_common::relay::{relayed_result, upstream_of};
-use peerblock_common::store::{FileStore, OpenBlock, Opened};
+use peerblock_common::store::{FileStore, OpenBlock, Opened, RelayVerdict};
 use peerblock_common::SharedMembership;
 use peerblock_core::client::BlockRequest;
 use peerblock_core::server::{
@@ -783,6 +783,7 @@ impl ServerConn {
                 Opened::File(block) => (SourceResult::External { len: block.len }, Some(block)),
                 Opened::Missing => (SourceResult::Miss, None),
                 Opened::Failed => (SourceResult::Failed, None),
+                Opened::Corrupt => (SourceResult::Corrupt, None),
             },
         }
     }
@@ -830,11 +831,7 @@ impl ServerConn {
             Box::new(move |fetched| {
                 let result = relayed_result(fetched.ending.as_ref());
                 tracing::debug!(%path, %upstream, outcome = fetched.describe(), "relayed");
-                let found = match &result {
-                    SourceResult::Found(bytes) => Some(bytes.clone()),
-                    _ => None,
-                };
-                let answer = move || {
+                let answer = move |result: SourceResult| {
                     me.run(move |w| {
                         w.with_entry(key, |w, key, entry| match entry {
                             Entry::Server(c) => {
@@ -847,12 +844,24 @@ impl ServerConn {
                         })
                     })
                 };
-                match found {
-                    Some(bytes) => {
-                        store.cache_insert(path, &bytes);
-                        crate::store_writer::put_then(&store, path, bytes, Box::new(answer));
+                match result {
+                    SourceResult::Found(bytes) => {
+                        let block = bytes.clone();
+                        crate::store_writer::check_then_put(
+                            &store,
+                            path,
+                            bytes,
+                            Box::new(move |verdict| {
+                                answer(match verdict {
+                                    RelayVerdict::Reject => SourceResult::Failed,
+                                    RelayVerdict::Store | RelayVerdict::ServeOnly => {
+                                        SourceResult::Found(block)
+                                    }
+                                })
+                            }),
+                        );
                     }
-                    None => answer(),
+                    other => answer(other),
                 }
             }),
         );

@@ -1,22 +1,29 @@
-//! Writes relayed blocks to the store off the workers: one background thread makes each
-//! block durable (`FileStore::put_blocking`: temporary file, `fsync`, rename) and then
-//! runs the relay's continuation (which answers the requester), so a requester that has
+//! Validates and writes relayed blocks off the workers: one background thread checks each
+//! block (`FileStore::check_relayed`: block 0 against the chunk key, block `i` against the
+//! manifest the store holds), makes a validated one durable (`FileStore::put_blocking`:
+//! temporary file, `fsync`, rename, `fsync` of the directory) and then runs the relay's
+//! continuation with the verdict (which answers the requester), so a requester that has
 //! the block knows the relay holds it too (as with the tokio driver), and no worker ever
-//! waits for a disk flush.
+//! waits for a disk flush or a manifest read.
 
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::OnceLock;
 
-use peerblock_common::store::FileStore;
+use peerblock_common::store::{FileStore, RelayVerdict};
 use peerblock_core::bytes::Bytes;
 use peerblock_core::wire::BlockPath;
 
 /// Blocks queued for writing at most: 64. A relay that fetches faster than the disk
-/// writes skips the write of the newest (it is still answered, and kept in the hot-block
-/// cache, and fetched again after eviction) rather than grow without bound.
+/// writes skips the write of the newest (a block 0 is still checked against its key, on
+/// the worker: a hash, no file access; a block `i` is answered unchecked and unwritten,
+/// as a relay without the chunk's manifest does, and fetched again next time) rather
+/// than grow without bound.
 const QUEUE: usize = 64;
 
-type Job = (FileStore, BlockPath, Bytes, Box<dyn FnOnce() + Send>);
+/// The continuation of a relayed block: runs with the validation verdict.
+pub(crate) type Then = Box<dyn FnOnce(RelayVerdict) + Send>;
+
+type Job = (FileStore, BlockPath, Bytes, Then);
 
 fn writer() -> &'static SyncSender<Job> {
     static WRITER: OnceLock<SyncSender<Job>> = OnceLock::new();
@@ -26,10 +33,23 @@ fn writer() -> &'static SyncSender<Job> {
             .name("peerblock-mio-store".into())
             .spawn(move || {
                 for (store, path, bytes, then) in rx {
-                    if let Err(e) = store.put_blocking(&path, &bytes) {
-                        tracing::warn!(%path, error = %e, "relay: could not store the block");
+                    let verdict = store.check_relayed(&path, &bytes);
+                    match verdict {
+                        RelayVerdict::Store => {
+                            store.cache_insert(path, &bytes);
+                            if let Err(e) = store.put_blocking(&path, &bytes) {
+                                tracing::warn!(%path, error = %e, "relay: could not store the block");
+                            }
+                        }
+                        RelayVerdict::ServeOnly => {
+                            tracing::debug!(%path, "relay: no manifest for the chunk here: block served, not stored");
+                            store.cache_insert(path, &bytes);
+                        }
+                        RelayVerdict::Reject => {
+                            tracing::warn!(%path, "relay: the upstream's block fails validation: not served, not stored");
+                        }
                     }
-                    then();
+                    then(verdict);
                 }
             });
         if let Err(e) = spawned {
@@ -39,24 +59,31 @@ fn writer() -> &'static SyncSender<Job> {
     })
 }
 
-/// Queues block `path` for writing into `store`, then runs `then` (on the writer's
-/// thread; post to a worker from it). With the queue full or no writer, `then` runs at
-/// once and the block is not written.
-pub(crate) fn put_then(
-    store: &FileStore,
-    path: BlockPath,
-    bytes: Bytes,
-    then: Box<dyn FnOnce() + Send>,
-) {
+/// Queues block `path` for validation and, if it validates, writing into `store` (and its
+/// hot-block cache), then runs `then` with the verdict (on the writer's thread; post to a
+/// worker from it). With the queue full or no writer, `then` runs at once and the block is
+/// not written (see [`QUEUE`]).
+pub(crate) fn check_then_put(store: &FileStore, path: BlockPath, bytes: Bytes, then: Then) {
+    let unqueued = |store: &FileStore, bytes: &Bytes| {
+        if path.index == 0 {
+            // A hash and nothing else: checked here even when the writer is behind.
+            match store.check_relayed(&path, bytes) {
+                RelayVerdict::Reject => RelayVerdict::Reject,
+                _ => RelayVerdict::ServeOnly,
+            }
+        } else {
+            RelayVerdict::ServeOnly
+        }
+    };
     match writer().try_send((store.clone(), path, bytes, then)) {
         Ok(()) => {}
-        Err(TrySendError::Full((_, _, _, then))) => {
-            tracing::warn!(%path, "relay: the store writer is behind; block kept in the cache only");
-            then();
+        Err(TrySendError::Full((store, _, bytes, then))) => {
+            tracing::warn!(%path, "relay: the store writer is behind; block served, not stored");
+            then(unqueued(&store, &bytes));
         }
-        Err(TrySendError::Disconnected((_, _, _, then))) => {
-            tracing::warn!(%path, "relay: no store writer; block kept in the cache only");
-            then();
+        Err(TrySendError::Disconnected((store, _, bytes, then))) => {
+            tracing::warn!(%path, "relay: no store writer; block served, not stored");
+            then(unqueued(&store, &bytes));
         }
     }
 }

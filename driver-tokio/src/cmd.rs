@@ -79,7 +79,7 @@ fn client_options(
 }
 
 /// The client of a node or a command, from its configuration.
-fn client(
+pub(crate) fn client(
     config: &NodeConfig,
     clock: Clock,
     metrics: Metrics,
@@ -91,7 +91,7 @@ fn client(
 
 /// A seed for a command's randomness: different per run (reads spread differently each
 /// time), derived from the process id and the wall clock, never a global RNG.
-fn run_seed(tag: &[u8]) -> u64 {
+pub(crate) fn run_seed(tag: &[u8]) -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -102,7 +102,7 @@ fn run_seed(tag: &[u8]) -> u64 {
     u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
-fn lock(m: &SharedMembership) -> std::sync::MutexGuard<'_, Membership> {
+pub(crate) fn lock(m: &SharedMembership) -> std::sync::MutexGuard<'_, Membership> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -181,7 +181,25 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         &plan.store,
         DEFAULT_MAX_BLOCK_SIZE,
         plan.config.listener.block_cache_bytes,
-    );
+    )
+    .with_corrupt_counter(metrics.store_corrupt.clone());
+    // Temporary files of imports and writes killed mid-way (their process is gone).
+    let root = plan.store.clone();
+    match tokio::task::spawn_blocking(move || peerblock_common::store::remove_stale_temps(&root))
+        .await
+    {
+        Ok(Ok(removed)) if !removed.is_empty() => {
+            tracing::info!(
+                count = removed.len(),
+                "removed stale temporary files from the store"
+            )
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "scanning the store for stale temporary files failed")
+        }
+        Err(e) => tracing::warn!(error = %e, "the stale temporary file scan did not complete"),
+    }
     let server_config = Arc::new(
         plan.config
             .server_config(plan.node_id.clone(), advertised.clone()),
@@ -533,7 +551,7 @@ const MAX_SEED_WAITS: u32 = 3;
 /// for lack of capacity, at most [`MAX_SEED_WAITS`] times), then (one round) the rosters
 /// of the members they named. Errs when no seed answered with a roster: `busy` (exit 1,
 /// with the seeds' reason and retry time) when they refused, `unavailable` otherwise.
-async fn learn_cluster(
+pub(crate) async fn learn_cluster(
     client: &Client,
     seeds: &[String],
     membership: &SharedMembership,

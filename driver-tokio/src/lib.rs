@@ -15,6 +15,7 @@
 //! | [`relay`] | – | the relay-capable source: fetch on behalf from a parent or the origin, cache |
 //! | [`manifest`] | – | content addressing: import, manifests, block validation (re-exported from `peerblock-common`) |
 //! | [`node`] | – | the `peerblock-node` command line, its validation and its commands |
+//! | [`check`] | – | `peerblock-node check`: verify a store's chunks, quarantine, re-fetch |
 //! | [`identity`] | – | the node's key file and record sequence number |
 //! | [`pace`] | `pace::TokenBucket` (node-wide and per connection) | upload pacing of the server's writes |
 //! | [`swarm`] | – | `peerblock-node swarm`: a simulator scenario run for real (node processes, in-process readers, the simulator's report) |
@@ -27,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod client;
 pub mod identity;
 pub use peerblock_common::{config, manifest};

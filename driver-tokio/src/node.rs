@@ -4,8 +4,8 @@
 //! Everything an operator can get wrong is checked here, before anything is bound or
 //! served: a bad flag or configuration ends start-up with [`EXIT_USAGE`] and a message
 //! naming the flag or key and the rule. The binary (`src/bin/peerblock-node.rs`) parses
-//! the command line, builds a plan with [`plan_serve`] / [`plan_fetch`] / [`plan_get`],
-//! and runs it with [`serve_node`] / [`fetch`] / [`get`].
+//! the command line, builds a plan with [`plan_serve`] / [`plan_fetch`] / [`plan_get`] /
+//! [`plan_check`], and runs it with [`serve_node`] / [`fetch`] / [`get`] / [`check`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -121,6 +121,9 @@ pub enum Command {
     Fetch(FetchArgs),
     /// Fetch one block from one peer (one exchange, for debugging).
     Get(GetArgs),
+    /// Verify every chunk of a store (manifests, blocks, missing blocks, stale temporary
+    /// files); with --repair quarantine rotten files and, with --seed, re-fetch them.
+    Check(CheckArgs),
     /// Run a simulator scenario for real on this machine: one `serve` process per node on
     /// its own 127.1.x.y address, the readers in-process, the simulator's report and JSON.
     Swarm(SwarmArgs),
@@ -257,6 +260,29 @@ pub struct ImportArgs {
     /// Block size in bytes, or with a suffix: 256KiB, 4MiB (1 byte to 64 MiB).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_BLOCK_SIZE, value_parser = parse_block_size)]
     pub block_size: u64,
+}
+
+/// `check` arguments.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Prints one line per chunk (`CHUNK ok: N blocks`, or what is rotten, missing, quarantined or repaired) and a summary on stdout; progress on stderr.\nExit status: 0 if the store is clean (after repairs), 1 if damage remains, 2 usage, 3 I/O.\n`check` may run while `serve` serves the store: a running node verifies what it serves anyway, and quarantines what it finds rotten.\nSee docs/node.md, `check`."
+)]
+pub struct CheckArgs {
+    /// The store directory to check (never created).
+    #[arg(long, value_name = "DIR")]
+    pub store: PathBuf,
+    /// Repair: quarantine rotten files (renamed `.<index>.corrupt`), remove stale
+    /// temporary files of processes that are gone, and with --seed re-fetch what is rotten
+    /// or missing.
+    #[arg(long)]
+    pub repair: bool,
+    /// A node (HOST:PORT) whose roster introduces the cluster to re-fetch damaged blocks
+    /// from (validated, as `fetch` does); repeat for several. Needs --repair.
+    #[arg(long = "seed", value_name = "ADDR")]
+    pub seeds: Vec<String>,
+    /// TOML configuration file (its client, read and roster tables apply to re-fetches).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// `fetch` arguments.
@@ -549,6 +575,9 @@ pub fn ensure_store(store: &Path) -> Result<(), NodeError> {
 pub async fn serve_node(plan: ServePlan) -> Result<(), NodeError> {
     crate::cmd::serve(plan).await
 }
+
+/// `check`'s plan and command (kept with the command in [`crate::check`]).
+pub use crate::check::{check, plan_check, CheckPlan};
 
 /// Validates `swarm`'s arguments and scenario. Starts nothing.
 pub fn plan_swarm(args: &SwarmArgs) -> Result<crate::swarm::SwarmPlan, NodeError> {

@@ -8,8 +8,11 @@
 //!
 //! | upstream answer | `SourceResult` | the requester sees |
 //! |---|---|---|
-//! | 200 with the block | `Found` (and the block is written to the store) | 200 |
+//! | 200 with a block that validates (below) | `Found` (and the block is written to the store) | 200 |
+//! | 200 with block `i` of a chunk this node holds no manifest for | `Found` (kept in the hot-block cache, never written) | 200 |
+//! | 200 with a block that fails validation | `Failed` | 500 |
 //! | 404 | `Miss` (a relayed miss is final) | 404 |
+//! | 404 + `X-Peerblock-Miss: corrupt` (the upstream quarantined its copy) | `Corrupt` | 404 + `X-Peerblock-Miss: corrupt` |
 //! | 502 + `X-DART-Upstream-Status: S` (a relay further up) | `UpstreamRefused { status: S }` | 502 + S |
 //! | 401 or 403 (the origin refused the requester's credential) | `UpstreamRefused { status }` | 502 + the status |
 //! | anything else (refusal, timeout, dial failure, bad response) | `Failed` | 500 |
@@ -27,9 +30,18 @@
 //! peerblock's convention for `X-DART-Origin` is the URL of an HTTP server that serves the
 //! chunk in the peer wire form (`http://HOST:PORT`, any path ignored): typically the node
 //! that imported the file. The relayed request keeps the origin header and carries the hop
-//! core incremented, so a chain of relays ends at the hop bound. A cached block is not
-//! validated here (the relay does not know the manifest); readers validate every block end
-//! to end, so a bad cached copy is rejected by them and read elsewhere.
+//! core incremented, so a chain of relays ends at the hop bound.
+//!
+//! # Validation
+//!
+//! A relay never persists a block it could not validate
+//! ([`FileStore::check_relayed`](peerblock_common::store::FileStore::check_relayed)):
+//! block 0 (the manifest) only if its BLAKE3 hash is the chunk key, block `i` only if the
+//! relay's store holds the chunk's verified manifest and the block verifies against it. A
+//! block 0 that fails its key, or a block `i` that fails the manifest the relay holds, is
+//! answered `Failed` (never served). Block `i` of a chunk whose manifest the relay does
+//! not hold is served (the reader validates it end to end) and kept in the hot-block cache
+//! but never written to disk.
 
 use peerblock_core::bytes::Bytes;
 use peerblock_core::client::BlockRequest;
@@ -38,6 +50,7 @@ use peerblock_core::server::{SourceRequest, SourceResult};
 use crate::client::{Client, Peer};
 use crate::source::{BlockFuture, BlockSource, FileStore};
 pub use peerblock_common::relay::{origin_authority, relayed_result, upstream_of};
+use peerblock_common::store::RelayVerdict;
 
 /// The source `peerblock-node serve` uses when relaying is on.
 #[derive(Clone, Debug)]
@@ -81,8 +94,26 @@ impl BlockSource for RelaySource {
             let fetched = client.get(&Peer::from_addr(upstream.clone()), block).await;
             let result = relayed_result(fetched.ending.as_ref());
             tracing::debug!(%path, %upstream, outcome = fetched.describe(), "relayed");
-            if let SourceResult::Found(bytes) = &result {
-                cache(&store, path, bytes.clone()).await;
+            let SourceResult::Found(bytes) = &result else {
+                return result;
+            };
+            let (checker, block) = (store.clone(), bytes.clone());
+            let verdict =
+                tokio::task::spawn_blocking(move || checker.check_relayed(&path, &block)).await;
+            match verdict {
+                Ok(RelayVerdict::Store) => cache(&store, path, bytes.clone()).await,
+                Ok(RelayVerdict::ServeOnly) => {
+                    tracing::debug!(%path, "relay: no manifest for the chunk here: block served, not stored");
+                    store.cache_insert(path, bytes);
+                }
+                Ok(RelayVerdict::Reject) => {
+                    tracing::warn!(%path, %upstream, "relay: the upstream's block fails validation: not served, not stored");
+                    return SourceResult::Failed;
+                }
+                Err(e) => {
+                    tracing::warn!(%path, error = %e, "relay: validating the block failed");
+                    return SourceResult::Failed;
+                }
             }
             result
         })

@@ -64,7 +64,9 @@ pub trait BlockSource: Send + Sync + 'static {
 
 impl BlockSource for FileStore {
     /// A cached block is answered at once (the server answers it in place, no task); any
-    /// other is read on `spawn_blocking` and cached if found.
+    /// other is read on `spawn_blocking` ([`FileStore::read_block`]: verified the first
+    /// time its file is read, quarantined and answered `Corrupt` if rotten) and cached if
+    /// found.
     fn fetch(&self, request: &SourceRequest) -> BlockFuture {
         let path = request.path;
         if let Some(block) = self.cached(&path) {
@@ -73,8 +75,9 @@ impl BlockSource for FileStore {
         let store = self.clone();
         Box::pin(async move {
             let reader = store.clone();
-            let result = tokio::task::spawn_blocking(move || reader.get_blocking(&path))
+            let result = tokio::task::spawn_blocking(move || reader.read_block(&path))
                 .await
+                .map(peerblock_common::store::StoreRead::into_source_result)
                 .unwrap_or_else(|e| {
                     tracing::warn!(%path, error = %e, "block file read task failed");
                     SourceResult::Failed

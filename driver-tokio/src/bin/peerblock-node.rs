@@ -54,6 +54,10 @@ fn run(cli: Cli) -> Result<(), NodeError> {
             let plan = node::plan_get(&args)?;
             runtime()?.block_on(node::get(plan))
         }
+        Command::Check(args) => {
+            let plan = node::plan_check(&args)?;
+            runtime()?.block_on(node::check(plan))
+        }
         Command::Swarm(args) => {
             let plan = node::plan_swarm(&args)?;
             runtime()?.block_on(peerblock_tokio::swarm::swarm(plan))
@@ -105,5 +109,18 @@ fn import(args: &ImportArgs) -> Result<(), NodeError> {
             ""
         }
     );
+    if report.already_present {
+        if report.repaired.is_empty() {
+            eprintln!("the stored copy verified: nothing to repair");
+        }
+        for r in &report.repaired {
+            let what = if r.index == 0 {
+                "the manifest (block 0)".to_owned()
+            } else {
+                format!("block {}", r.index)
+            };
+            eprintln!("repaired {what}: it was {}", r.was);
+        }
+    }
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use peerblock_common::client::{GetOptions, OutcomeClass, Peer};
+use peerblock_common::client::{Fetched, GetOptions, OutcomeClass, Peer};
 use peerblock_common::read::{BlockSpec, Candidate};
 use peerblock_common::store::{FileStore, DEFAULT_MAX_BLOCK_SIZE};
 use peerblock_common::SharedMembership;
@@ -79,6 +79,7 @@ macro_rules! conformance_suite {
             a_method_other_than_get_is_405,
             a_bad_hop_is_400_and_the_source_is_never_invoked,
             a_block_file_above_the_max_block_size_is_500_on_every_request,
+            a_rotten_block_is_quarantined_and_answered_404_corrupt_while_the_others_are_served,
             pipelined_requests_then_half_close_get_every_response_in_order,
             many_concurrent_clients_all_get_exact_bytes,
             a_full_node_refuses_the_third_connection_with_503_and_retry_after,
@@ -112,6 +113,9 @@ macro_rules! conformance_suite {
             a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one,
             a_silent_holder_that_loses_to_the_hedge_is_still_cut_at_its_deadline_and_charged,
             a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it,
+            a_relay_serves_but_never_stores_a_block_of_a_chunk_whose_manifest_it_lacks,
+            a_relayed_block_that_fails_the_relays_manifest_is_500_and_never_stored,
+            a_relayed_manifest_that_fails_its_chunk_key_is_500_and_never_stored,
             a_relayed_fetch_is_given_up_when_its_requester_goes_away,
             a_request_at_the_hop_bound_is_not_relayed_and_the_origin_is_never_asked,
             an_upstream_refusal_is_passed_on_as_502_and_the_relays_circuit_stays_closed,
@@ -515,6 +519,59 @@ pub fn a_block_file_above_the_max_block_size_is_500_on_every_request(d: &dyn Dri
         assert_eq!(r.status(), 200);
         assert_eq!(r.body, block_for(&good, 100));
     }
+    server.shutdown(Duration::from_secs(1));
+}
+
+/// A holder verifies what it holds: a block file that fails its manifest is answered
+/// `404` with `X-Peerblock-Miss: corrupt` (whichever path the driver serves files on:
+/// read or zero-copy), renamed `.<index>.corrupt` and counted; the chunk's other blocks
+/// and its manifest are served, and a hand repair is served afterwards.
+pub fn a_rotten_block_is_quarantined_and_answered_404_corrupt_while_the_others_are_served(
+    d: &dyn Driver,
+) {
+    let dir = TempDir::new("rotten");
+    let blocks: Vec<Vec<u8>> = (1..=3u8).map(|b| vec![b; 5000]).collect();
+    let manifest = peerblock_common::manifest::Manifest {
+        size: 15_000,
+        block_size: 5000,
+        hashes: blocks.iter().map(|b| *blake3::hash(b).as_bytes()).collect(),
+    };
+    let key = manifest.chunk_key();
+    let at = |index| BlockPath { key, index };
+    let store = dir.store(DEFAULT_MAX_BLOCK_SIZE);
+    store
+        .put_blocking(&at(0), &manifest.to_bytes())
+        .expect("put");
+    for (i, b) in blocks.iter().enumerate() {
+        store.put_blocking(&at(i as u64 + 1), b).expect("put");
+    }
+    let mut rotten = blocks[1].clone();
+    rotten[4321] ^= 0x10;
+    std::fs::write(store.file_of(&at(2)), &rotten).expect("rot block 2");
+    let server = node(d, &store, |_| {});
+    let mut c = Raw::connect(server.addr());
+    let r = c.get(&at(2));
+    assert_eq!(r.status(), 404);
+    assert!(r.head.is_corrupt_miss(), "404 says corrupt");
+    assert!(
+        store.chunk_dir(&at(2)).join(".2.corrupt").is_file() && !store.file_of(&at(2)).exists(),
+        "the rotten file is quarantined"
+    );
+    assert_eq!(store.corrupt_count(), 1);
+    for i in [1u64, 3] {
+        let r = c.get(&at(i));
+        assert_eq!(r.status(), 200, "block {i}");
+        assert_eq!(&r.body[..], &blocks[i as usize - 1][..]);
+    }
+    let r = c.get(&at(0));
+    assert_eq!((r.status(), &r.body[..]), (200, &manifest.to_bytes()[..]));
+    // Now a plain miss (the file is gone), then the hand repair is served.
+    let r = c.get(&at(2));
+    assert_eq!(r.status(), 404);
+    assert!(!r.head.is_corrupt_miss());
+    std::fs::write(store.file_of(&at(2)), &blocks[1]).expect("hand repair");
+    let r = c.get(&at(2));
+    assert_eq!((r.status(), &r.body[..]), (200, &blocks[1][..]));
     server.shutdown(Duration::from_secs(1));
 }
 
@@ -1504,20 +1561,65 @@ fn relay_path() -> BlockPath {
     path(0x5a, 3)
 }
 
+/// The block the relay tests' origin serves as block 3.
+fn relayed_block() -> Bytes {
+    Bytes::from(vec![0x42u8; 100_000])
+}
+
+/// The manifest of a 3-block file (blocks of 100 000 bytes) whose block 3 is
+/// [`relayed_block`]: its bytes and block 3's path in its chunk.
+fn relayed_manifest() -> (Bytes, BlockPath) {
+    let hash = |b: &[u8]| *blake3::hash(b).as_bytes();
+    let manifest = peerblock_common::manifest::Manifest {
+        size: 300_000,
+        block_size: 100_000,
+        hashes: vec![
+            hash(&[1; 100_000]),
+            hash(&[2; 100_000]),
+            hash(&relayed_block()),
+        ],
+    };
+    (
+        Bytes::from(manifest.to_bytes()),
+        BlockPath {
+            key: manifest.chunk_key(),
+            index: 3,
+        },
+    )
+}
+
+/// A relayed GET of `path` from `relay` with `url` as the origin.
+fn relayed_get(d: &dyn Driver, relay: &dyn TestServer, path: BlockPath, url: &str) -> Fetched {
+    let c = d.client(ClientSpec::new());
+    let peer = Peer::from_addr(relay.addr().to_string());
+    let request = BlockRequest {
+        path,
+        origin: Some(url),
+        hop: Hop(0),
+    };
+    c.get(&peer, request, GetOptions::default())
+}
+
 /// A relay fetches a block it does not hold from the origin named in the request (with
-/// the hop one higher), caches it in its store and serves it; the next request is
-/// served from the cache without asking the origin.
+/// the hop one higher), validates it against the chunk's manifest it holds, writes it to
+/// its store and serves it; the next request is served from the cache without asking the
+/// origin.
 pub fn a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it(d: &dyn Driver) {
-    let block = Bytes::from(vec![0x42u8; 100_000]);
+    let block = relayed_block();
     let b = block.clone();
     let origin = canned::serve(move |_, _, _| Reply::Bytes(canned::ok(&b)));
-    let (_dir, store) = store_with("relay-fetch", &[]);
+    let (manifest, block_path) = relayed_manifest();
+    let manifest_path = BlockPath {
+        index: 0,
+        ..block_path
+    };
+    let (_dir, store) = store_with("relay-fetch", &[(manifest_path, manifest)]);
     let relay = relay_node(d, &store, 3);
     let url = format!("http://{}", origin.addr);
     let c = d.client(ClientSpec::new());
     let peer = Peer::from_addr(relay.addr().to_string());
     let request = BlockRequest {
-        path: relay_path(),
+        path: block_path,
         origin: Some(&url),
         hop: Hop(0),
     };
@@ -1527,7 +1629,7 @@ pub fn a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it(d
     assert_eq!(heads.len(), 1, "the relay asked the origin once");
     let head = heads[0].to_ascii_lowercase();
     assert!(
-        head.starts_with(&format!("get {} http/1.1\r\n", relay_path())),
+        head.starts_with(&format!("get {} http/1.1\r\n", block_path)),
         "{head}"
     );
     assert!(
@@ -1535,12 +1637,90 @@ pub fn a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it(d
         "the hop one higher: {head}"
     );
     assert!(
-        store.file_of(&relay_path()).is_file(),
-        "the relay cached what it fetched"
+        store.file_of(&block_path).is_file(),
+        "the relay stored what it fetched and validated"
     );
     let again = c.get(&peer, request, GetOptions::default());
     assert_eq!(again.bytes(), Some(&block), "{}", again.describe());
     assert_eq!(origin.stats.heads().len(), 1, "served from the cache");
+    relay.shutdown(Duration::from_secs(1));
+}
+
+/// A relay that holds no manifest for a block's chunk cannot validate the block: it
+/// serves it (the reader validates end to end) but never writes it to its store.
+pub fn a_relay_serves_but_never_stores_a_block_of_a_chunk_whose_manifest_it_lacks(d: &dyn Driver) {
+    let block = relayed_block();
+    let b = block.clone();
+    let origin = canned::serve(move |_, _, _| Reply::Bytes(canned::ok(&b)));
+    let (_dir, store) = store_with("relay-unverifiable", &[]);
+    let relay = relay_node(d, &store, 3);
+    let url = format!("http://{}", origin.addr);
+    let fetched = relayed_get(d, &*relay, relay_path(), &url);
+    assert_eq!(fetched.bytes(), Some(&block), "{}", fetched.describe());
+    assert!(
+        !store.file_of(&relay_path()).exists(),
+        "an unvalidated block was written to the relay's store"
+    );
+    relay.shutdown(Duration::from_secs(1));
+}
+
+/// A block that fails the manifest the relay holds is answered 500, never served and
+/// never written.
+pub fn a_relayed_block_that_fails_the_relays_manifest_is_500_and_never_stored(d: &dyn Driver) {
+    let mut rotten = relayed_block().to_vec();
+    rotten[77] ^= 1;
+    let origin = canned::serve(move |_, _, _| Reply::Bytes(canned::ok(&rotten)));
+    let (manifest, block_path) = relayed_manifest();
+    let manifest_path = BlockPath {
+        index: 0,
+        ..block_path
+    };
+    let (_dir, store) = store_with("relay-rotten", &[(manifest_path, manifest)]);
+    let relay = relay_node(d, &store, 3);
+    let url = format!("http://{}", origin.addr);
+    let fetched = relayed_get(d, &*relay, block_path, &url);
+    assert!(
+        matches!(
+            fetched.ending,
+            Some(Ending::Failed(ExchangeError::Status(500)))
+        ),
+        "{}",
+        fetched.describe()
+    );
+    assert!(
+        !store.file_of(&block_path).exists(),
+        "a rotten block was stored"
+    );
+    relay.shutdown(Duration::from_secs(1));
+}
+
+/// A relayed block 0 (a manifest) whose BLAKE3 hash is not the chunk key is answered
+/// 500, never served and never written.
+pub fn a_relayed_manifest_that_fails_its_chunk_key_is_500_and_never_stored(d: &dyn Driver) {
+    let (manifest, block_path) = relayed_manifest();
+    let mut rotten = manifest.to_vec();
+    rotten[25] ^= 1;
+    let origin = canned::serve(move |_, _, _| Reply::Bytes(canned::ok(&rotten)));
+    let (_dir, store) = store_with("relay-manifest", &[]);
+    let relay = relay_node(d, &store, 3);
+    let url = format!("http://{}", origin.addr);
+    let manifest_path = BlockPath {
+        index: 0,
+        ..block_path
+    };
+    let fetched = relayed_get(d, &*relay, manifest_path, &url);
+    assert!(
+        matches!(
+            fetched.ending,
+            Some(Ending::Failed(ExchangeError::Status(500)))
+        ),
+        "{}",
+        fetched.describe()
+    );
+    assert!(
+        !store.chunk_dir(&manifest_path).exists(),
+        "a rotten manifest was stored"
+    );
     relay.shutdown(Duration::from_secs(1));
 }
 
