@@ -180,3 +180,42 @@ fn a_key_file_that_cannot_be_written_leaves_nothing_behind() {
     let (_, created) = load_or_create_key(&path).unwrap();
     assert!(created);
 }
+
+/// Rule: a first `serve` start on a store with no room for its key (file size limit 0)
+/// fails and leaves no key file; the next start, with room, creates the key and serves.
+#[test]
+fn a_first_serve_start_without_room_leaves_no_key_and_the_next_start_works() {
+    let store = TempDir::new("serve-full");
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 0; exec {} serve --listen 127.0.0.1:0 --store {}",
+        common::procs::BIN,
+        store.0.display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run sh");
+    assert!(
+        !out.status.success(),
+        "serve started with no room for its key"
+    );
+    assert!(
+        !store.join("node.key").exists(),
+        "a key file was left: {:?}",
+        std::fs::read(store.join("node.key"))
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&store.0)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().contains("node.key"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let node = common::procs::Node::start(&store.0, &[], &[]);
+    assert!(store.join("node.key").exists());
+    assert!(
+        node.terminate(),
+        "the second start did not serve and stop cleanly"
+    );
+}
