@@ -38,6 +38,11 @@ pub struct BlockSpec {
     /// on a body of any length up to the client's body cap. A copy it refuses is an
     /// invalid copy for the read: that peer is never asked again for this block.
     pub validator: Option<Validator>,
+    /// The origin every GET of the read names (`X-DART-Origin`, hop 0): a relay-capable
+    /// holder that misses fetches the block on the reader's behalf, through the block's
+    /// parent or from this origin (docs/node.md, "Relaying"). `None`: no origin, a holder
+    /// that misses answers 404.
+    pub origin: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for BlockSpec {
@@ -47,6 +52,7 @@ impl std::fmt::Debug for BlockSpec {
             .field("path", &self.path.to_string())
             .field("expected", &self.expected)
             .field("validator", &self.validator.is_some())
+            .field("origin", &self.origin)
             .finish()
     }
 }

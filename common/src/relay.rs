@@ -3,8 +3,104 @@
 //! ([`relayed_result`]). The table of that mapping, and why a relay's client has no
 //! breaker, is in `peerblock_tokio::relay`'s docs (docs/node.md too).
 
-use peerblock_core::client::{Ending, ExchangeError};
+use peerblock_core::client::{placement_members, Ending, ExchangeError};
+use peerblock_core::placement::{owners, PeerId};
 use peerblock_core::server::{SourceRequest, SourceResult};
+use peerblock_core::wire::BlockPath;
+
+use crate::SharedMembership;
+
+/// Where a relay fetches a block it misses before it asks the request's origin.
+///
+/// With [`Parent::Placement`] a holder that misses asks **the block's parent**: the
+/// nearest live holder of the block (rendezvous placement of its block key over this
+/// node's roster, within the close group) that is nearer to the key than this node. The
+/// parent, missing too, does the same, so every request for a block converges on its
+/// nearest live holder, which alone asks the origin: the origin sees each block about
+/// once while reads keep spreading over the whole close group. Distances strictly
+/// decrease along the chain, so it never loops; the hop bound caps it anyway. A node
+/// that is itself the block's nearest live holder has no parent and asks the origin.
+#[derive(Clone, Default)]
+pub enum Parent {
+    /// No parent: always the origin.
+    #[default]
+    None,
+    /// Always this peer (`HOST:PORT`), for every block.
+    Fixed(String),
+    /// The block's parent by placement over `membership`, this node being `me`, within
+    /// the nearest `close_group` owners of the block's key.
+    Placement {
+        /// The node's roster table.
+        membership: SharedMembership,
+        /// This node's placement id.
+        me: PeerId,
+        /// The close group's size (`[read] close_group_size`).
+        close_group: usize,
+    },
+}
+
+impl std::fmt::Debug for Parent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Parent::None => f.write_str("None"),
+            Parent::Fixed(addr) => f.debug_tuple("Fixed").field(addr).finish(),
+            Parent::Placement {
+                me, close_group, ..
+            } => f
+                .debug_struct("Placement")
+                .field("me", me)
+                .field("close_group", close_group)
+                .finish(),
+        }
+    }
+}
+
+impl Parent {
+    /// The parent to ask for block `path` now, with its placement id when it has one:
+    /// see the type's docs. `alive` says whether a peer may be asked now (its circuit and
+    /// dial cooldown, as the relay's client sees them); a dead holder is skipped.
+    pub fn of(
+        &self,
+        path: &BlockPath,
+        alive: &dyn Fn(&PeerId) -> bool,
+    ) -> Option<(Option<PeerId>, String)> {
+        match self {
+            Parent::None => None,
+            Parent::Fixed(addr) => Some((None, addr.clone())),
+            Parent::Placement {
+                membership,
+                me,
+                close_group,
+            } => {
+                let key = crate::manifest::block_key(&path.key, path.index);
+                let members = {
+                    let m = membership.lock().unwrap_or_else(|e| e.into_inner());
+                    placement_members(&m)
+                };
+                for holder in owners(&key, &members).into_iter().take(*close_group) {
+                    if holder.id == *me {
+                        return None; // nobody nearer: this node asks the origin
+                    }
+                    if alive(&holder.id) {
+                        return Some((Some(holder.id), holder.addr.clone()));
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Whether a parent's answer is final for the requester: the block, or the origin's
+/// refusal of the requester's credential passed on (`UpstreamRefused`). Anything else (the
+/// parent down, refusing, failing, over the hop bound, without the block or with a
+/// corrupt copy) sends the relay to the origin itself.
+pub fn parent_answer_is_final(result: &SourceResult) -> bool {
+    matches!(
+        result,
+        SourceResult::Found(_) | SourceResult::UpstreamRefused { .. }
+    )
+}
 
 /// For a relayed request: its origin as text (if it is UTF-8) and the `HOST:PORT` to
 /// fetch from: `parent` if this node has one, else the origin's authority (`None` when
@@ -59,7 +155,136 @@ pub fn relayed_result(ending: Option<&Ending>) -> SourceResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use peerblock_core::placement::Member;
     use peerblock_core::refusal::PeerRefusal;
+    use peerblock_core::roster::{Membership, Roster, RosterMember};
+    use peerblock_core::time::Instant;
+    use peerblock_core::wire::ChunkKey;
+    use std::sync::{Arc, Mutex};
+
+    fn member(n: u64) -> RosterMember {
+        RosterMember {
+            id: PeerId::from_u64(n).to_hex(),
+            addr: format!("127.0.0.{n}:7070"),
+            weight: 1.0,
+            record: Default::default(),
+        }
+    }
+
+    /// A roster table of members 1..=n as seen by member `me`.
+    fn table(me: u64, n: u64) -> SharedMembership {
+        let mut m = Membership::new(member(me), 1, 64).unwrap();
+        let roster = Roster {
+            epoch: 1,
+            epoch_sig: None,
+            members: (1..=n).map(member).collect(),
+        };
+        let report = m.merge(Instant::ZERO, &member(me % n + 1).addr, &roster);
+        assert_eq!(placement_members(&m).len() as u64, n, "{report:?}");
+        Arc::new(Mutex::new(m))
+    }
+
+    fn path() -> BlockPath {
+        BlockPath {
+            key: ChunkKey::from_array([7; 32]),
+            index: 3,
+        }
+    }
+
+    /// The block's holders, nearest first, as placement ranks them over members 1..=n.
+    fn ranked(n: u64) -> Vec<PeerId> {
+        let members: Vec<Member> = (1..=n)
+            .map(|i| Member {
+                id: PeerId::from_u64(i),
+                addr: member(i).addr,
+                weight: 1.0,
+            })
+            .collect();
+        let key = crate::manifest::block_key(&path().key, path().index);
+        owners(&key, &members).into_iter().map(|m| m.id).collect()
+    }
+
+    fn n_of(id: &PeerId) -> u64 {
+        (1..=64).find(|&i| PeerId::from_u64(i) == *id).unwrap()
+    }
+
+    fn placement(me: u64, n: u64, group: usize) -> Parent {
+        Parent::Placement {
+            membership: table(me, n),
+            me: PeerId::from_u64(me),
+            close_group: group,
+        }
+    }
+
+    #[test]
+    fn a_holders_parent_is_the_nearest_live_holder_nearer_to_the_key_than_itself() {
+        let order = ranked(8);
+        let last = n_of(&order[6]);
+        let all = |_: &PeerId| true;
+        let got = placement(last, 8, 7).of(&path(), &all).expect("a parent");
+        assert_eq!(got, (Some(order[0]), member(n_of(&order[0])).addr));
+        // The nearest dead: the next nearest live one, still nearer than this node.
+        let dead = order[0];
+        let got = placement(last, 8, 7).of(&path(), &|p| *p != dead);
+        assert_eq!(got.map(|g| g.0), Some(Some(order[1])));
+    }
+
+    #[test]
+    fn the_nearest_live_holder_has_no_parent_and_asks_the_origin() {
+        let order = ranked(8);
+        let all = |_: &PeerId| true;
+        assert_eq!(placement(n_of(&order[0]), 8, 7).of(&path(), &all), None);
+        // Every holder nearer than this one is dead: no parent either (never a farther
+        // one, so the chain can never loop).
+        let third = n_of(&order[2]);
+        let (a, b) = (order[0], order[1]);
+        assert_eq!(
+            placement(third, 8, 7).of(&path(), &|p| *p != a && *p != b),
+            None
+        );
+    }
+
+    #[test]
+    fn a_node_outside_the_close_group_asks_the_nearest_live_holder() {
+        let order = ranked(10);
+        let outside = n_of(&order[9]);
+        let all = |_: &PeerId| true;
+        let got = placement(outside, 10, 3).of(&path(), &all);
+        assert_eq!(got.map(|g| g.0), Some(Some(order[0])));
+        // The close group all dead: nobody to ask but the origin.
+        let group = [order[0], order[1], order[2]];
+        assert_eq!(
+            placement(outside, 10, 3).of(&path(), &|p| !group.contains(p)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_fixed_parent_is_always_asked_and_none_never() {
+        let all = |_: &PeerId| true;
+        assert_eq!(
+            Parent::Fixed("10.0.0.1:1".into()).of(&path(), &all),
+            Some((None, "10.0.0.1:1".into()))
+        );
+        assert_eq!(Parent::None.of(&path(), &all), None);
+    }
+
+    #[test]
+    fn only_the_block_or_a_credential_refusal_from_the_parent_is_final() {
+        assert!(parent_answer_is_final(&SourceResult::Found(
+            peerblock_core::bytes::Bytes::from_static(b"b")
+        )));
+        assert!(parent_answer_is_final(&SourceResult::UpstreamRefused {
+            status: 403
+        }));
+        for other in [
+            SourceResult::Miss,
+            SourceResult::Corrupt,
+            SourceResult::Failed,
+        ] {
+            assert!(!parent_answer_is_final(&other), "{other:?}");
+        }
+    }
 
     #[test]
     fn an_origin_url_names_its_authority_and_anything_else_names_none() {

@@ -366,7 +366,11 @@ impl ReadTask {
         let handle = self.inner.client.submit_from(
             w,
             peer,
-            BlockRequest::new(self.block.path),
+            BlockRequest {
+                path: self.block.path,
+                origin: self.block.origin.as_deref(),
+                hop: peerblock_core::wire::Hop(0),
+            },
             opts,
             Box::new(move |fetched| {
                 if done_state.cancelled.load(Ordering::SeqCst) {

@@ -35,7 +35,7 @@ use std::time::Duration;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Token};
 use peerblock_common::metrics::Metrics;
-use peerblock_common::relay::{relayed_result, upstream_of};
+use peerblock_common::relay::{parent_answer_is_final, relayed_result, upstream_of, Parent};
 use peerblock_common::store::{FileStore, OpenBlock, Opened, RelayVerdict};
 use peerblock_common::SharedMembership;
 use peerblock_core::client::BlockRequest;
@@ -93,8 +93,11 @@ pub struct RelayOptions {
     /// = None`): an origin's answers depend on each requester's credential, so a circuit
     /// opened by other requesters' refusals would answer the next requester 500.
     pub client: Client,
-    /// This node's parent (`HOST:PORT`), asked instead of the request's origin.
-    pub parent: Option<String>,
+    /// Who is asked before the request's origin: none, a fixed peer, or the block's
+    /// parent by placement (the nearest live holder nearer to its key than this node;
+    /// see `peerblock_common::relay::Parent`). A parent whose answer is not final (down,
+    /// refusing, failing, without the block) sends the relay to the origin itself.
+    pub parent: Parent,
 }
 
 /// Everything a [`Server`] needs. [`ServerOptions::new`] fills the defaults.
@@ -808,63 +811,58 @@ impl ServerConn {
             self.answer(now, id, SourceResult::Miss);
             return;
         };
-        let (origin, upstream) = upstream_of(request, relay.parent.as_deref());
-        let Some(upstream) = upstream else {
-            tracing::warn!(?origin, "relay: the origin is not an http://HOST:PORT URL");
-            let now = w.now();
-            self.answer(now, id, SourceResult::Miss);
-            return;
-        };
-        let block = BlockRequest {
-            path: request.path,
-            origin: origin.as_deref(),
-            hop: request.hop,
+        let (origin, at_origin) = upstream_of(request, None);
+        let now = relay.client.now();
+        let parent = relay.client.with_peers(|peers| {
+            relay.parent.of(&request.path, &|p| {
+                peerblock_core::read::PeerView::eligible(&*peers, now, p)
+            })
+        });
+        let first = match (parent, at_origin.clone()) {
+            (Some((id, addr)), _) => {
+                let peer = match id {
+                    Some(id) => Peer::new(id, addr),
+                    None => Peer::from_addr(addr),
+                };
+                // The origin after the parent, unless the parent's answer is final.
+                (peer, at_origin)
+            }
+            (None, Some(upstream)) => (Peer::from_addr(upstream), None),
+            (None, None) => {
+                tracing::warn!(?origin, "relay: the origin is not an http://HOST:PORT URL");
+                let now = w.now();
+                self.answer(now, id, SourceResult::Miss);
+                return;
+            }
         };
         let me = w.me();
         let path = request.path;
+        let hop = request.hop;
         let store = self.shared.store.clone();
-        let handle = relay.client.submit_from(
-            w,
-            &Peer::from_addr(upstream.clone()),
-            block,
-            GetOptions::default(),
-            Box::new(move |fetched| {
-                let result = relayed_result(fetched.ending.as_ref());
-                tracing::debug!(%path, %upstream, outcome = fetched.describe(), "relayed");
-                let answer = move |result: SourceResult| {
-                    me.run(move |w| {
-                        w.with_entry(key, |w, key, entry| match entry {
-                            Entry::Server(c) => {
-                                c.pending.retain(|(p, _)| *p != id);
-                                let now = w.now();
-                                c.answer(now, id, result);
-                                c.drive(w, key, Ready::default())
-                            }
-                            _ => After::Unchanged,
-                        })
-                    })
-                };
-                match result {
-                    SourceResult::Found(bytes) => {
-                        let block = bytes.clone();
-                        crate::store_writer::check_then_put(
-                            &store,
-                            path,
-                            bytes,
-                            Box::new(move |verdict| {
-                                answer(match verdict {
-                                    RelayVerdict::Reject => SourceResult::Failed,
-                                    RelayVerdict::Store | RelayVerdict::ServeOnly => {
-                                        SourceResult::Found(block)
-                                    }
-                                })
-                            }),
-                        );
+        let answer = move |result: SourceResult| {
+            me.run(move |w| {
+                w.with_entry(key, |w, key, entry| match entry {
+                    Entry::Server(c) => {
+                        c.pending.retain(|(p, _)| *p != id);
+                        let now = w.now();
+                        c.answer(now, id, result);
+                        c.drive(w, key, Ready::default())
                     }
-                    other => answer(other),
-                }
-            }),
-        );
+                    _ => After::Unchanged,
+                })
+            })
+        };
+        let relayed = RelayedFetch {
+            worker: w.me(),
+            client: relay.client.clone(),
+            store,
+            path,
+            hop,
+            origin,
+            then: first.1,
+            answer: Box::new(answer),
+        };
+        let handle = relayed.start(w, first.0);
         self.pending.push((id, handle));
     }
 
@@ -1008,5 +1006,81 @@ impl ServerConn {
 impl Drop for ServerConn {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// One relayed fetch: from `peer` (the block's parent or the origin), then, when the
+/// parent's answer is not final, from the origin `then`; the validated result goes to
+/// `answer`.
+struct RelayedFetch {
+    worker: crate::worker::Remote,
+    client: Client,
+    store: FileStore,
+    path: peerblock_core::wire::BlockPath,
+    hop: peerblock_core::wire::Hop,
+    origin: Option<String>,
+    then: Option<String>,
+    answer: Box<dyn FnOnce(SourceResult) + Send>,
+}
+
+impl RelayedFetch {
+    /// Starts the fetch from `peer` on worker `w`; the handle of this first request.
+    fn start(self, w: &mut Worker, peer: Peer) -> crate::RequestHandle {
+        let origin = self.origin.clone();
+        let block = BlockRequest {
+            path: self.path,
+            origin: origin.as_deref(),
+            hop: self.hop,
+        };
+        let client = self.client.clone();
+        let upstream = peer.addr.clone();
+        client.submit_from(
+            w,
+            &peer,
+            block,
+            GetOptions::default(),
+            Box::new(move |fetched| {
+                let peer = Peer::from_addr(upstream);
+                let result = relayed_result(fetched.ending.as_ref());
+                let path = self.path;
+                tracing::debug!(%path, upstream = %peer.addr, outcome = fetched.describe(), "relayed");
+                if !parent_answer_is_final(&result) {
+                    if let Some(origin) = self.then.clone() {
+                        let worker = self.worker.clone();
+                        let next = RelayedFetch { then: None, ..self };
+                        worker.run(move |w| {
+                            // The parent could not serve it: the origin itself.
+                            let _ = next.start(w, Peer::from_addr(origin));
+                        });
+                        return;
+                    }
+                }
+                self.finish(result);
+            }),
+        )
+    }
+
+    /// Validates a found block before it is answered (and stored when it may be).
+    fn finish(self, result: SourceResult) {
+        let answer = self.answer;
+        match result {
+            SourceResult::Found(bytes) => {
+                let block = bytes.clone();
+                crate::store_writer::check_then_put(
+                    &self.store,
+                    self.path,
+                    bytes,
+                    Box::new(move |verdict| {
+                        answer(match verdict {
+                            RelayVerdict::Reject => SourceResult::Failed,
+                            RelayVerdict::Store | RelayVerdict::ServeOnly => {
+                                SourceResult::Found(block)
+                            }
+                        })
+                    }),
+                );
+            }
+            other => answer(other),
+        }
     }
 }

@@ -464,6 +464,7 @@ async fn read_valid(
             Arc::new(move |b: &peerblock_core::bytes::Bytes| m.verify_block(index, b))
                 as peerblock_common::client::Validator
         }),
+        origin: None,
     };
     let r = reader.read(spec).await;
     match r.outcome {

@@ -25,7 +25,7 @@ use crate::metrics::{serve_metrics, Metrics};
 use crate::node::{DriverKind, FetchPlan, GetPlan, NodeError, ServePlan};
 use crate::pace::UploadPacing;
 use crate::progress::Progress;
-use crate::reader::{BlockSpec, PlacementDiscovery, Reader};
+use crate::reader::{BlockSpec, PeerOrigin, PlacementDiscovery, Reader};
 use crate::relay::RelaySource;
 use crate::roster::RosterService;
 use crate::server::{Server, ServerHandle, ServerOptions};
@@ -329,6 +329,35 @@ struct NodeParts<'a> {
     server_config: Arc<peerblock_core::server::ServerConfig>,
 }
 
+/// Connections the relay's client opens to one peer: one fewer than the node's client
+/// may (at least 1). Both dial from the node's address, so a peer counts them against one
+/// per-source session quota (`[listener] max_sessions_per_source`, 4 by default, the same
+/// as `max_connections_per_peer`): with the node's roster connection open, a relay using
+/// all four would be refused `source-sessions`, and a refused parent sends every relay
+/// to the origin for the refusal's 15 s (the block's parent never gets the block).
+fn relay_conns_per_peer(node: usize) -> usize {
+    node.saturating_sub(1).max(1)
+}
+
+/// Where the node's relay asks before the origin: the block's parent by placement over
+/// the node's roster (`peerblock_common::relay::Parent`), within `[read]
+/// close_group_size`. A node whose id is not a placement id (it cannot be placed) has no
+/// parent: it asks the origin.
+fn placement_parent(parts: &NodeParts<'_>) -> crate::relay::Parent {
+    match parts
+        .plan
+        .node_id
+        .parse::<peerblock_core::placement::PeerId>()
+    {
+        Ok(me) => crate::relay::Parent::Placement {
+            membership: parts.membership.clone(),
+            me,
+            close_group: parts.plan.config.read.close_group_size,
+        },
+        Err(_) => crate::relay::Parent::None,
+    }
+}
+
 /// A serving node on one of the two drivers: its server, its client and (once started)
 /// its roster service.
 enum RunningNode {
@@ -355,9 +384,11 @@ impl RunningNode {
             let mut upstream =
                 client_options(config, parts.clock, parts.metrics.clone(), parts.local_ip);
             upstream.peers.breaker = None;
+            upstream.max_conns_per_peer = relay_conns_per_peer(upstream.max_conns_per_peer);
             let upstream = Client::new(upstream)
                 .map_err(|e| NodeError::Failed(format!("relay client configuration: {e}")))?;
-            Arc::new(RelaySource::new(parts.store, upstream, None))
+            let parent = placement_parent(&parts);
+            Arc::new(RelaySource::new(parts.store, upstream, None).with_parent(parent))
         } else {
             Arc::new(parts.store)
         };
@@ -404,9 +435,10 @@ impl RunningNode {
             parts.metrics.clone(),
             parts.local_ip,
         ))?;
+        let parent = placement_parent(&parts);
         let mut options = peerblock_mio::ServerOptions::new(parts.server_config, parts.store);
         options.admission = config.admission();
-        options.membership = Some(parts.membership);
+        options.membership = Some(parts.membership.clone());
         options.metrics = parts.metrics.clone();
         options.body = match config.listener.body_path {
             BodyPathKey::Buffered => peerblock_mio::BodyPath::Buffered,
@@ -416,9 +448,10 @@ impl RunningNode {
             let mut upstream =
                 client_options(config, parts.clock, parts.metrics.clone(), parts.local_ip);
             upstream.peers.breaker = None;
+            upstream.max_conns_per_peer = relay_conns_per_peer(upstream.max_conns_per_peer);
             options.relay = Some(peerblock_mio::RelayOptions {
                 client: mio_client(upstream)?,
-                parent: None,
+                parent,
             });
         }
         let server = peerblock_mio::Server::from_listener(listener, options)
@@ -712,32 +745,51 @@ async fn fetch_file(plan: FetchPlan) -> Result<(), NodeError> {
     ));
     let tally: Arc<Mutex<BTreeMap<String, PeerTally>>> = Arc::default();
     let observer_tally = tally.clone();
-    let reader = Reader::new(client, discovery, read_config, run_seed(b"fetch"))
-        .map_err(|e| NodeError::Failed(format!("read configuration: {e}")))?
-        .with_observer(Arc::new(move |peer: &Peer, f: &Fetched| {
-            let mut t = observer_tally.lock().unwrap_or_else(|e| e.into_inner());
-            let e = t.entry(peer.addr.clone()).or_default();
-            match f.class {
-                OutcomeClass::Ok => {
-                    e.ok += 1;
-                    e.bytes += f.bytes().map_or(0, |b| b.len() as u64);
-                }
-                OutcomeClass::Invalid => e.invalid += 1,
-                OutcomeClass::Busy => e.refused += 1,
-                OutcomeClass::Absent => e.absent += 1,
-                OutcomeClass::Unavailable => e.failed += 1,
-                OutcomeClass::Cancelled => {}
+    let observer: crate::reader::GetObserver = Arc::new(move |peer: &Peer, f: &Fetched| {
+        let mut t = observer_tally.lock().unwrap_or_else(|e| e.into_inner());
+        let e = t.entry(peer.addr.clone()).or_default();
+        match f.class {
+            OutcomeClass::Ok => {
+                e.ok += 1;
+                e.bytes += f.bytes().map_or(0, |b| b.len() as u64);
             }
-        }));
+            OutcomeClass::Invalid => e.invalid += 1,
+            OutcomeClass::Busy => e.refused += 1,
+            OutcomeClass::Absent => e.absent += 1,
+            OutcomeClass::Unavailable => e.failed += 1,
+            OutcomeClass::Cancelled => {}
+        }
+    });
+    // With an origin the read's last resort is a validated GET from it (its bytes are
+    // reported on its own line), and every GET names it so holders relay for us.
+    let origin = match &plan.origin {
+        Some(url) => {
+            read_config.origin = true;
+            let origin = PeerOrigin::new(client.clone(), url)
+                .ok_or_else(|| {
+                    NodeError::usage("--origin", format!("{url:?} is not http://HOST:PORT"))
+                })?
+                .with_observer(observer.clone());
+            Some(origin)
+        }
+        None => None,
+    };
+    let mut reader = Reader::new(client, discovery, read_config, run_seed(b"fetch"))
+        .map_err(|e| NodeError::Failed(format!("read configuration: {e}")))?
+        .with_observer(observer);
+    if let Some(origin) = origin {
+        reader = reader.with_origin(Arc::new(origin));
+    }
     let reader = Arc::new(reader);
-    let manifest = match read_manifest(&reader, &plan.chunk).await {
+    let origin_url: Option<Arc<str>> = plan.origin.as_deref().map(Arc::from);
+    let manifest = match read_manifest(&reader, &plan.chunk, origin_url.clone()).await {
         Ok(m) => Arc::new(m),
         Err(e) => {
             print_tally(&tally);
             return Err(e);
         }
     };
-    let result = read_blocks(&reader, &plan, manifest.clone()).await;
+    let result = read_blocks(&reader, &plan, manifest.clone(), origin_url).await;
     print_tally(&tally);
     result
 }
@@ -745,7 +797,11 @@ async fn fetch_file(plan: FetchPlan) -> Result<(), NodeError> {
 /// Reads the manifest (block 0) through the read engine like any block: each copy is
 /// checked against the chunk key as it arrives, so a holder whose copy is bad is never
 /// asked again and the read goes on to the next holder.
-async fn read_manifest(reader: &Reader, chunk: &ChunkKey) -> Result<Manifest, NodeError> {
+async fn read_manifest(
+    reader: &Reader,
+    chunk: &ChunkKey,
+    origin: Option<Arc<str>>,
+) -> Result<Manifest, NodeError> {
     let key = *chunk;
     let spec = BlockSpec {
         key: manifest::block_key(chunk, 0),
@@ -755,6 +811,7 @@ async fn read_manifest(reader: &Reader, chunk: &ChunkKey) -> Result<Manifest, No
         },
         expected: None,
         validator: Some(Arc::new(move |b| manifest::verify_manifest(&key, b))),
+        origin,
     };
     let r = reader.read(spec).await;
     let bytes = match &r.outcome {
@@ -924,6 +981,7 @@ async fn read_blocks(
     reader: &Arc<Reader>,
     plan: &FetchPlan,
     manifest: Arc<Manifest>,
+    origin: Option<Arc<str>>,
 ) -> Result<(), NodeError> {
     let stale = PartFile::remove_stale(&plan.output);
     if stale > 0 {
@@ -945,7 +1003,7 @@ async fn read_blocks(
             let index = next;
             next += 1;
             let (reader, manifest, file) = (reader.clone(), manifest.clone(), file.clone());
-            let chunk = plan.chunk;
+            let (chunk, origin) = (plan.chunk, origin.clone());
             tasks.spawn(async move {
                 let expected = manifest.block_len(index);
                 let check = manifest.clone();
@@ -954,6 +1012,7 @@ async fn read_blocks(
                     path: BlockPath { key: chunk, index },
                     expected,
                     validator: Some(Arc::new(move |b| check.verify_block(index, b))),
+                    origin,
                 };
                 let r = reader.read(spec).await;
                 let written = match &r.outcome {

@@ -303,6 +303,12 @@ pub struct FetchArgs {
     /// Blocks read at once (1 to 64; default: the read table's parallel, 8).
     #[arg(long, value_name = "N")]
     pub parallel: Option<usize>,
+    /// The file's origin, a node speaking the peer wire form (`http://HOST:PORT`,
+    /// typically the node that imported the file). Every GET names it (`X-DART-Origin`):
+    /// a holder that misses fetches the block through the block's parent or from the
+    /// origin on our behalf, and the read asks the origin itself as its last resort.
+    #[arg(long, value_name = "URL")]
+    pub origin: Option<String>,
 }
 
 /// `get` arguments.
@@ -605,6 +611,8 @@ pub struct FetchPlan {
     pub output: PathBuf,
     /// Blocks read at once.
     pub parallel: usize,
+    /// The origin (`--origin`), an `http://HOST:PORT` URL.
+    pub origin: Option<String>,
     /// The validated configuration.
     pub config: NodeConfig,
 }
@@ -638,11 +646,20 @@ pub fn plan_fetch(args: &FetchArgs) -> Result<FetchPlan, NodeError> {
             format!("{parallel} is out of range: 1 to {MAX_PARALLEL}"),
         ));
     }
+    if let Some(origin) = &args.origin {
+        if crate::relay::origin_authority(origin).is_none() {
+            return Err(NodeError::usage(
+                "--origin",
+                format!("{origin:?} is not an http://HOST:PORT URL of a node speaking the peer wire form"),
+            ));
+        }
+    }
     Ok(FetchPlan {
         chunk,
         seeds: args.seeds.clone(),
         output: args.output.clone(),
         parallel,
+        origin: args.origin.clone(),
         config,
     })
 }

@@ -108,8 +108,75 @@ pub type OriginFuture = Pin<Box<dyn Future<Output = OriginOutcome> + Send + 'sta
 
 /// The optional last resort of a read configured with `origin: true`.
 pub trait OriginFetch: Send + Sync + 'static {
-    /// The block from the origin.
-    fn fetch(&self, key: &Key, path: &BlockPath) -> OriginFuture;
+    /// The block from the origin, checked as `block` says (its expected length and
+    /// validator): a copy that fails is `Failed`, never `Found`.
+    fn fetch(&self, block: &BlockSpec) -> OriginFuture;
+}
+
+/// An origin that speaks the peer wire form (`http://HOST:PORT`, typically the node that
+/// imported the file): the read's last resort is a validated GET of the block from it.
+/// Its 404 is `NotFound` (the read ends `absent`, at the origin); anything else that is
+/// not the block is `Failed`.
+#[derive(Clone)]
+pub struct PeerOrigin {
+    client: Client,
+    peer: Peer,
+    observer: Option<GetObserver>,
+}
+
+impl PeerOrigin {
+    /// The origin at `url` (`http://HOST:PORT`, any path ignored), asked through
+    /// `client`; `None` if `url` is not of that form.
+    pub fn new(client: Client, url: &str) -> Option<PeerOrigin> {
+        let authority = peerblock_common::relay::origin_authority(url)?;
+        Some(PeerOrigin {
+            client,
+            peer: Peer::from_addr(authority),
+            observer: None,
+        })
+    }
+
+    /// The same origin with an observer told of every GET it makes (as
+    /// [`Reader::with_observer`] is of the peers').
+    pub fn with_observer(mut self, observer: GetObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The origin's `HOST:PORT`.
+    pub fn addr(&self) -> &str {
+        &self.peer.addr
+    }
+}
+
+impl OriginFetch for PeerOrigin {
+    fn fetch(&self, block: &BlockSpec) -> OriginFuture {
+        let (client, peer) = (self.client.clone(), self.peer.clone());
+        let observer = self.observer.clone();
+        let (path, opts) = (
+            block.path,
+            GetOptions {
+                expected: block.expected,
+                validator: block.validator.clone(),
+                deadline: None,
+                progress: None,
+            },
+        );
+        Box::pin(async move {
+            let fetched = client
+                .fetch_block(&peer, BlockRequest::new(path), opts)
+                .await;
+            tracing::debug!(%path, origin = %peer.addr, outcome = fetched.describe(), "origin fetch");
+            if let Some(observe) = &observer {
+                observe(&peer, &fetched);
+            }
+            match fetched.get {
+                GetOutcome::Found(bytes) => OriginOutcome::Found(bytes),
+                GetOutcome::NotFound => OriginOutcome::NotFound,
+                _ => OriginOutcome::Failed,
+            }
+        })
+    }
 }
 
 /// Messages from a read's tasks to its loop. At most [`MAX_GETS_IN_FLIGHT`] GET tasks,
@@ -138,6 +205,14 @@ pub struct Reader {
     config: ReadConfig,
     seed: u64,
     reads: AtomicU64,
+}
+
+impl std::fmt::Debug for PeerOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerOrigin")
+            .field("addr", &self.peer.addr)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Reader {
@@ -251,7 +326,7 @@ impl Reader {
                     }
                     ReadEvent::FetchOrigin => match &self.origin {
                         Some(origin) => {
-                            let fut = origin.fetch(&block.key, &block.path);
+                            let fut = origin.fetch(&block);
                             let tx = tx.clone();
                             tasks.origin = Some(Abort(tokio::spawn(async move {
                                 let o = fut.await;
@@ -337,14 +412,14 @@ impl Reader {
             deadline: None,
             progress: Some(progress),
         };
-        let path = block.path;
+        let (path, origin) = (block.path, block.origin.clone());
         let tx = tx.clone();
         let observer = self.observer.clone();
         let task_state = state.clone();
         let handle = tokio::spawn(async move {
             let state = task_state;
             let mut request =
-                std::pin::pin!(client.fetch_block(&peer, BlockRequest::new(path), opts));
+                std::pin::pin!(client.fetch_block(&peer, block_request(path, &origin), opts));
             let fetched = loop {
                 tokio::select! {
                     fetched = &mut request => break fetched,
@@ -369,6 +444,16 @@ impl Reader {
             let _ = tx.send(Msg::Get(id, fetched.get)).await;
         });
         GetTask { handle, state }
+    }
+}
+
+/// The request of one of a read's GETs: the block, the read's origin (if any) and hop 0
+/// (a reader is where a request starts).
+fn block_request(path: BlockPath, origin: &Option<Arc<str>>) -> BlockRequest<'_> {
+    BlockRequest {
+        path,
+        origin: origin.as_deref(),
+        hop: peerblock_core::wire::Hop(0),
     }
 }
 

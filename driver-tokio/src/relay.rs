@@ -49,26 +49,36 @@ use peerblock_core::server::{SourceRequest, SourceResult};
 
 use crate::client::{Client, Peer};
 use crate::source::{BlockFuture, BlockSource, FileStore};
-pub use peerblock_common::relay::{origin_authority, relayed_result, upstream_of};
+pub use peerblock_common::relay::{
+    origin_authority, parent_answer_is_final, relayed_result, upstream_of, Parent,
+};
 use peerblock_common::store::RelayVerdict;
+use peerblock_core::read::PeerView;
 
 /// The source `peerblock-node serve` uses when relaying is on.
 #[derive(Clone, Debug)]
 pub struct RelaySource {
     store: FileStore,
     client: Client,
-    parent: Option<String>,
+    parent: Parent,
 }
 
 impl RelaySource {
     /// Serves `store`; relays through `client` (breakerless: see the module docs) to
-    /// `parent` (if given) or the origin.
+    /// `parent` (if given: [`Parent::Fixed`]) before the origin.
     pub fn new(store: FileStore, client: Client, parent: Option<String>) -> Self {
         RelaySource {
             store,
             client,
-            parent,
+            parent: parent.map_or(Parent::None, Parent::Fixed),
         }
+    }
+
+    /// The same source asking `parent` before the origin ([`Parent::Placement`]: the
+    /// block's nearest live holder nearer to its key than this node).
+    pub fn with_parent(mut self, parent: Parent) -> Self {
+        self.parent = parent;
+        self
     }
 }
 
@@ -78,22 +88,45 @@ impl BlockSource for RelaySource {
     }
 
     fn relay(&self, request: &SourceRequest) -> BlockFuture {
-        let (origin, upstream) = upstream_of(request, self.parent.as_deref());
+        let (origin, at_origin) = upstream_of(request, None);
         let (store, client) = (self.store.clone(), self.client.clone());
         let (path, hop) = (request.path, request.hop);
+        let now = client.now();
+        let parent = client.with_peers(|peers| {
+            self.parent
+                .of(&path, &|id| PeerView::eligible(&*peers, now, id))
+        });
         Box::pin(async move {
-            let Some(upstream) = upstream else {
-                tracing::warn!(?origin, "relay: the origin is not an http://HOST:PORT URL");
-                return SourceResult::Miss;
-            };
             let block = BlockRequest {
                 path,
                 origin: origin.as_deref(),
                 hop,
             };
-            let fetched = client.get(&Peer::from_addr(upstream.clone()), block).await;
-            let result = relayed_result(fetched.ending.as_ref());
-            tracing::debug!(%path, %upstream, outcome = fetched.describe(), "relayed");
+            let mut answer = None;
+            if let Some((id, addr)) = parent {
+                let peer = match id {
+                    Some(id) => Peer::new(id, addr),
+                    None => Peer::from_addr(addr),
+                };
+                let fetched = client.get(&peer, block).await;
+                let result = relayed_result(fetched.ending.as_ref());
+                tracing::debug!(%path, parent = %peer.addr, outcome = fetched.describe(), "relayed through the block's parent");
+                if parent_answer_is_final(&result) {
+                    answer = Some((result, peer.addr));
+                }
+            }
+            let (result, upstream) = match answer {
+                Some(answer) => answer,
+                None => {
+                    let Some(upstream) = at_origin else {
+                        tracing::warn!(?origin, "relay: the origin is not an http://HOST:PORT URL");
+                        return SourceResult::Miss;
+                    };
+                    let fetched = client.get(&Peer::from_addr(upstream.clone()), block).await;
+                    tracing::debug!(%path, %upstream, outcome = fetched.describe(), "relayed from the origin");
+                    (relayed_result(fetched.ending.as_ref()), upstream)
+                }
+            };
             let SourceResult::Found(bytes) = &result else {
                 return result;
             };

@@ -757,6 +757,7 @@ async fn read_block(w: Arc<World>, client: Client, reader: u32, round: u32, bloc
         },
         expected: Some(expected.len() as u64),
         validator: Some(Arc::new(move |b: &Bytes| *b == expected)),
+        origin: None,
     };
     let r = reader_engine.read(spec).await;
     let log = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));

@@ -35,6 +35,7 @@ fn spec(body: &[u8]) -> BlockSpec {
         path: canned::block_path(0x11, 0),
         expected: Some(body.len() as u64),
         validator: Some(Arc::new(move |b| b.as_ref() == &expected[..])),
+        origin: None,
     }
 }
 

@@ -77,7 +77,10 @@ impl Driver for Mio {
             let client = Client::new(&runtime, upstream).expect("relay client");
             options.relay = Some(RelayOptions {
                 client,
-                parent: relay.parent,
+                parent: relay.parent.map_or(
+                    peerblock_common::relay::Parent::None,
+                    peerblock_common::relay::Parent::Fixed,
+                ),
             });
         }
         let handle = Server::from_listener(listener, options)

@@ -1372,6 +1372,7 @@ fn spec(body: &[u8]) -> BlockSpec {
         path: canned::block_path(0x11, 0),
         expected: Some(body.len() as u64),
         validator: Some(Arc::new(move |b: &Bytes| b.as_ref() == &expected[..])),
+        origin: None,
     }
 }
 

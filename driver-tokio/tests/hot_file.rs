@@ -1,0 +1,221 @@
+//! A hot file across real nodes (issue 22): readers name the origin, holders that miss
+//! relay through the block's parent, and each block leaves the origin about once.
+//! Through the `peerblock-node` binary on loopback; every wait bounded.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::procs::{import, random_file, run, Node, TempDir};
+
+/// Bound on one `fetch` of a small file.
+const FETCH_BOUND: Duration = Duration::from_secs(90);
+
+/// Waits (bounded) until `node` prints `members N` with N >= `want`.
+fn wait_members(node: &Node, want: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = node
+            .lines
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("node {} never knew {want} members", node.addr));
+        if let Some(n) = line.strip_prefix("members ") {
+            if n.trim().parse::<usize>().is_ok_and(|n| n >= want) {
+                return;
+            }
+        }
+    }
+}
+
+/// The node's `metrics ADDR` line (the first after `listening`).
+fn metrics_addr(node: &Node) -> String {
+    let line = node
+        .lines
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a `metrics ADDR` line");
+    line.strip_prefix("metrics ")
+        .unwrap_or_else(|| panic!("not a metrics line: {line:?}"))
+        .trim()
+        .to_owned()
+}
+
+/// A counter's value in the node's metrics text (0 when absent).
+fn counter(metrics_at: &str, name: &str) -> u64 {
+    let mut s = TcpStream::connect(metrics_at).expect("connect to the metrics endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read the metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+        .map_or(0, |v| v.parse::<f64>().expect("a number") as u64)
+}
+
+fn fetch(chunk: &str, seed: &str, out: &Path, origin: &str) -> std::process::Output {
+    run(
+        &[
+            "fetch",
+            chunk,
+            "--seed",
+            seed,
+            "-o",
+            out.to_str().expect("utf-8 path"),
+            "--origin",
+            &format!("http://{origin}"),
+        ],
+        FETCH_BOUND,
+    )
+}
+
+/// The report line of `addr` in a fetch's stdout: `ADDR N bytes ...` → N.
+fn bytes_from(report: &str, addr: &str) -> u64 {
+    report
+        .lines()
+        .find(|l| l.starts_with(&format!("{addr} ")))
+        .and_then(|l| l.split(' ').nth(1))
+        .map_or(0, |n| n.parse().expect("a byte count"))
+}
+
+/// Rule: with `--origin`, a file that only the origin holds is read through the cluster:
+/// holders that miss relay through the block's parent, so every block leaves the origin
+/// about once (here at most 1.25× the file), the cluster serves the reader, and a second
+/// reader of the now-hot file costs the origin nothing.
+#[test]
+fn a_file_only_the_origin_holds_leaves_it_about_once_and_a_second_reader_costs_it_nothing() {
+    hot_file_through_the_cluster(&[]);
+}
+
+/// The same rule with the cluster on the mio driver (its relay asks the block's parent
+/// too, and the origin when the parent cannot serve).
+#[test]
+fn on_the_mio_driver_a_file_only_the_origin_holds_leaves_it_about_once() {
+    hot_file_through_the_cluster(&["--driver", "mio", "--threads", "2"]);
+}
+
+fn hot_file_through_the_cluster(driver: &[&str]) {
+    let dir = TempDir::new("hot");
+    let origin_store = TempDir::new("hot-origin");
+    let stores = [
+        TempDir::new("hot-a"),
+        TempDir::new("hot-b"),
+        TempDir::new("hot-c"),
+    ];
+    let file = dir.join("input.bin");
+    let size = 32 * 64 * 1024;
+    let data = random_file(&file, size, 22);
+    let chunk = import(&file, &origin_store.0, 64 * 1024);
+    // The origin is not in the cluster's roster: only `X-DART-Origin` names it.
+    let origin = Node::start(&origin_store.0, &[], &["--metrics", "127.0.0.1:0"]);
+    let origin_metrics = metrics_addr(&origin);
+    // Roster rounds every second, so that every node places blocks over the same three
+    // members before the reads start (a node's parent is computed over its own roster).
+    let config = dir.join("node.toml");
+    std::fs::write(&config, "[roster]\ninterval = \"1s\"\njitter = \"100ms\"\n").unwrap();
+    let mut flags = vec!["--config", config.to_str().unwrap()];
+    flags.extend_from_slice(driver);
+    let a = Node::start(&stores[0].0, &[], &flags);
+    let b = Node::start(&stores[1].0, &[&a.addr], &flags);
+    let c = Node::start(&stores[2].0, &[&a.addr], &flags);
+    for n in [&a, &b, &c] {
+        wait_members(n, 3);
+    }
+    let served = || counter(&origin_metrics, "peerblock_served_bytes_total");
+    let first = dir.join("first.bin");
+    let fetched = fetch(&chunk, &b.addr, &first, &origin.addr);
+    let stderr = String::from_utf8_lossy(&fetched.stderr);
+    assert!(fetched.status.success(), "{stderr}");
+    assert_eq!(std::fs::read(&first).unwrap(), data);
+    let egress = served();
+    assert!(
+        egress >= size as u64 && egress * 4 <= size as u64 * 5,
+        "the origin served {egress} bytes for a {size}-byte file"
+    );
+    let report = String::from_utf8_lossy(&fetched.stdout);
+    let from_cluster: u64 = [&a, &b, &c]
+        .iter()
+        .map(|n| bytes_from(&report, &n.addr))
+        .sum();
+    assert!(
+        from_cluster >= size as u64,
+        "the cluster served {from_cluster} bytes: {report}"
+    );
+    // A second reader, through another seed: the origin serves nothing more.
+    let second = dir.join("second.bin");
+    let fetched = fetch(&chunk, &c.addr, &second, &origin.addr);
+    assert!(
+        fetched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    assert_eq!(std::fs::read(&second).unwrap(), data);
+    assert_eq!(
+        served(),
+        egress,
+        "the second reader reached the origin: {}\n{}",
+        String::from_utf8_lossy(&fetched.stdout),
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+}
+
+/// Rule: without `--origin` a file only the origin holds is `absent` from the cluster (no
+/// holder relays a request that names no origin): the origin is what makes it readable.
+#[test]
+fn without_an_origin_a_file_the_cluster_does_not_hold_is_absent() {
+    let dir = TempDir::new("hot-none");
+    let origin_store = TempDir::new("hot-none-origin");
+    let store = TempDir::new("hot-none-a");
+    let file = dir.join("input.bin");
+    random_file(&file, 100_000, 23);
+    let chunk = import(&file, &origin_store.0, 64 * 1024);
+    let _origin = Node::start(&origin_store.0, &[], &[]);
+    let a = Node::start(&store.0, &[], &[]);
+    let out = dir.join("out.bin");
+    let fetched = run(
+        &[
+            "fetch",
+            &chunk,
+            "--seed",
+            &a.addr,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        FETCH_BOUND,
+    );
+    let stderr = String::from_utf8_lossy(&fetched.stderr);
+    assert_eq!(fetched.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("absent"), "{stderr}");
+}
+
+/// Rule: an origin that is not `http://HOST:PORT` is refused at once (exit 2, naming the
+/// flag).
+#[test]
+fn an_origin_that_is_not_an_http_host_port_url_is_refused() {
+    let dir = TempDir::new("hot-bad-origin");
+    let out = dir.join("out.bin");
+    for bad in ["ftp://127.0.0.1:1", "http://127.0.0.1", "127.0.0.1:80"] {
+        let fetched = run(
+            &[
+                "fetch",
+                &"ab".repeat(32),
+                "--seed",
+                "127.0.0.1:9",
+                "-o",
+                out.to_str().unwrap(),
+                "--origin",
+                bad,
+            ],
+            FETCH_BOUND,
+        );
+        let stderr = String::from_utf8_lossy(&fetched.stderr);
+        assert_eq!(fetched.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(stderr.contains("--origin"), "{stderr}");
+    }
+}
