@@ -861,9 +861,19 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// `fsync`s the directory holding `path` (`.` for a bare file name), so that a file
+/// created, linked or renamed there survives a crash.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    sync_dir(dir)
+}
+
 /// Whether process `pid` is alive, by `/proc/<pid>`. Without a `/proc` (another OS, a
 /// container without it) every process is taken as alive, so nothing is removed.
-fn pid_alive(pid: u32) -> bool {
+pub fn pid_alive(pid: u32) -> bool {
     let proc = Path::new("/proc");
     if !proc.join("self").exists() {
         return true;

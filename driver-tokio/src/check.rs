@@ -14,13 +14,12 @@
 //! damage (they are never served; delete them when you no longer want the evidence).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use peerblock_common::manifest::{self, check_stored, Damage, Manifest};
 use peerblock_common::store::{self as pstore, FileStore, DEFAULT_MAX_BLOCK_SIZE};
 use peerblock_core::client::placement_members;
 use peerblock_core::read::ReadOutcome;
-use peerblock_core::roster::{Membership, RosterMember, MAX_ROSTER_MEMBERS, NO_EPOCH};
 use peerblock_core::time::Clock;
 use peerblock_core::wire::{BlockPath, ChunkKey};
 
@@ -29,7 +28,6 @@ use crate::metrics::Metrics;
 use crate::node::{CheckArgs, NodeError};
 use crate::progress::Progress;
 use crate::reader::{BlockSpec, PlacementDiscovery, Reader};
-use crate::SharedMembership;
 
 /// Everything `check` needs, validated.
 #[derive(Clone, Debug)]
@@ -403,21 +401,8 @@ pub async fn check(plan: CheckPlan) -> Result<(), NodeError> {
 async fn reader(plan: &CheckPlan) -> Result<Reader, NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let client = crate::cmd::client(&plan.config, clock, Metrics::new(), None)?;
-    let me = RosterMember {
-        id: "peerblock-check".to_owned(),
-        addr: "check.invalid:0".to_owned(),
-        weight: 0.0,
-        record: Default::default(),
-    };
-    let mut policy = plan.config.membership_policy()?;
-    policy.max_new_per_source = MAX_ROSTER_MEMBERS;
-    policy.max_checks_per_source = MAX_ROSTER_MEMBERS;
-    let membership: SharedMembership = Arc::new(Mutex::new(
-        Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
-            .map_err(|e| NodeError::Failed(format!("roster table: {e}")))?
-            .with_policy(policy)
-            .map_err(|e| NodeError::Failed(format!("membership policy: {e}")))?,
-    ));
+    let membership =
+        crate::cmd::command_membership(&plan.config, "peerblock-check", "check.invalid:0")?;
     let mut read_config = plan.config.read_config();
     crate::cmd::learn_cluster(
         &client,

@@ -574,6 +574,33 @@ struct PeerTally {
     failed: u64,
 }
 
+/// The roster table of a one-shot command (`fetch`, `check --repair`) that learns the
+/// cluster from its seeds: itself as `id` (not a placement id, so never a holder of
+/// anything) at the unroutable `addr`, the configured membership policy (verified-only,
+/// authority), but per-source budgets of the table's capacity, since it learns the whole
+/// cluster from the seeds its operator named in one pass (memory stays bounded by it).
+pub(crate) fn command_membership(
+    config: &NodeConfig,
+    id: &str,
+    addr: &str,
+) -> Result<SharedMembership, NodeError> {
+    let me = RosterMember {
+        id: id.to_owned(),
+        addr: addr.to_owned(),
+        weight: 0.0,
+        record: Default::default(),
+    };
+    let mut policy = config.membership_policy()?;
+    policy.max_new_per_source = MAX_ROSTER_MEMBERS;
+    policy.max_checks_per_source = MAX_ROSTER_MEMBERS;
+    Ok(Arc::new(Mutex::new(
+        Membership::new(me, NO_EPOCH, config.roster.capacity)
+            .map_err(|e| NodeError::Failed(format!("roster table: {e}")))?
+            .with_policy(policy)
+            .map_err(|e| NodeError::Failed(format!("membership policy: {e}")))?,
+    )))
+}
+
 /// Rounds of roster requests `fetch` makes to seeds that refused (503 with a refusal
 /// header) before giving up: each waits out the shortest `Retry-After` the seeds gave
 /// (bounded by the read configuration's `max_retry_after`, 15 s by default), as a read
@@ -700,24 +727,7 @@ async fn fetch_file(plan: FetchPlan) -> Result<(), NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let metrics = Metrics::new();
     let client = client(&plan.config, clock, metrics, None)?;
-    let me = RosterMember {
-        id: FETCH_SELF_ID.to_owned(),
-        addr: "fetch.invalid:0".to_owned(),
-        weight: 0.0,
-        record: Default::default(),
-    };
-    // The configured membership policy (verified-only, authority), but a one-shot fetch
-    // learns the whole cluster from the seeds its operator named in one pass: its
-    // per-source budgets are the table's capacity (memory stays bounded by it).
-    let mut policy = plan.config.membership_policy()?;
-    policy.max_new_per_source = MAX_ROSTER_MEMBERS;
-    policy.max_checks_per_source = MAX_ROSTER_MEMBERS;
-    let membership: SharedMembership = Arc::new(Mutex::new(
-        Membership::new(me, NO_EPOCH, plan.config.roster.capacity)
-            .map_err(|e| NodeError::Failed(format!("roster table: {e}")))?
-            .with_policy(policy)
-            .map_err(|e| NodeError::Failed(format!("membership policy: {e}")))?,
-    ));
+    let membership = command_membership(&plan.config, FETCH_SELF_ID, "fetch.invalid:0")?;
     let mut read_config = plan.config.read_config();
     learn_cluster(
         &client,
@@ -915,7 +925,7 @@ impl PartFile {
             let (Ok(pid), Ok(_)) = (pid.parse::<u32>(), n.parse::<u32>()) else {
                 continue;
             };
-            if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            if peerblock_common::store::pid_alive(pid) {
                 continue;
             }
             if std::fs::remove_file(entry.path()).is_ok() {
@@ -958,13 +968,7 @@ impl PartFile {
         std::fs::rename(&self.path, output)
             .map_err(|e| io_err("cannot rename into place", output.display(), e))?;
         self.kept = true;
-        let dir = output
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        let _ = peerblock_common::store::sync_parent(output);
         Ok(())
     }
 }

@@ -137,17 +137,6 @@ fn temp_beside(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// `fsync`s the directory holding `path`, so a rename or link into it survives a crash.
-fn sync_dir_of(path: &Path) {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-}
-
 /// Creates `path` exclusively with owner-only permissions holding exactly `bytes`, or
 /// nothing at all: the bytes go to a temporary file beside it (owner-only, `fsync`ed),
 /// which is then hard-linked to `path` (failing if `path` exists: two nodes starting on
@@ -176,7 +165,7 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<(), NodeError> {
         });
     let _ = std::fs::remove_file(&temp);
     written?;
-    sync_dir_of(path);
+    let _ = peerblock_common::store::sync_parent(path);
     Ok(())
 }
 
@@ -213,7 +202,7 @@ pub fn next_seq(key_file: &Path) -> Result<u64, NodeError> {
         let _ = std::fs::remove_file(&temp);
         return Err(io("cannot write sequence file", &path, e));
     }
-    sync_dir_of(&path);
+    let _ = peerblock_common::store::sync_parent(&path);
     Ok(seq)
 }
 

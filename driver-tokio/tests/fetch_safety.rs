@@ -9,40 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::procs::{import, random_file, run, Node, TempDir, BIN};
-
-/// Bound on one `fetch` of a small file.
-const FETCH_BOUND: Duration = Duration::from_secs(90);
-
-/// Waits (bounded) until `node` prints `members N` with N >= `want`.
-fn wait_members(node: &Node, want: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = node
-            .lines
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("node {} never knew {want} members", node.addr));
-        if let Some(n) = line.strip_prefix("members ") {
-            if n.trim().parse::<usize>().is_ok_and(|n| n >= want) {
-                return;
-            }
-        }
-    }
-}
-
-fn fetch(chunk: &str, seed: &str, out: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "fetch",
-        chunk,
-        "--seed",
-        seed,
-        "-o",
-        out.to_str().expect("utf-8 path"),
-    ];
-    args.extend_from_slice(extra);
-    run(&args, FETCH_BOUND)
-}
+use common::procs::{fetch, import, random_file, run, Node, TempDir, BIN, FETCH_BOUND};
 
 /// Flips one byte in the middle of block `index` of `chunk` in `store`.
 fn rot(store: &Path, chunk: &str, index: u64) {
@@ -77,9 +44,9 @@ fn start(stores: &[TempDir], extra: &[&str]) -> Vec<Node> {
         nodes.push(Node::start(&s.0, &[&seed], extra));
     }
     for n in &nodes[1..] {
-        wait_members(n, 2);
+        n.wait_members(2);
     }
-    wait_members(&nodes[0], stores.len());
+    nodes[0].wait_members(stores.len());
     nodes
 }
 

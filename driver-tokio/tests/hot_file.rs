@@ -7,41 +7,9 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::procs::{import, random_file, run, Node, TempDir};
-
-/// Bound on one `fetch` of a small file.
-const FETCH_BOUND: Duration = Duration::from_secs(90);
-
-/// Waits (bounded) until `node` prints `members N` with N >= `want`.
-fn wait_members(node: &Node, want: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = node
-            .lines
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("node {} never knew {want} members", node.addr));
-        if let Some(n) = line.strip_prefix("members ") {
-            if n.trim().parse::<usize>().is_ok_and(|n| n >= want) {
-                return;
-            }
-        }
-    }
-}
-
-/// The node's `metrics ADDR` line (the first after `listening`).
-fn metrics_addr(node: &Node) -> String {
-    let line = node
-        .lines
-        .recv_timeout(Duration::from_secs(10))
-        .expect("a `metrics ADDR` line");
-    line.strip_prefix("metrics ")
-        .unwrap_or_else(|| panic!("not a metrics line: {line:?}"))
-        .trim()
-        .to_owned()
-}
+use common::procs::{fetch, import, random_file, run, Node, TempDir, FETCH_BOUND};
 
 /// A counter's value in the node's metrics text (0 when absent).
 fn counter(metrics_at: &str, name: &str) -> u64 {
@@ -59,20 +27,9 @@ fn counter(metrics_at: &str, name: &str) -> u64 {
         .map_or(0, |v| v.parse::<f64>().expect("a number") as u64)
 }
 
-fn fetch(chunk: &str, seed: &str, out: &Path, origin: &str) -> std::process::Output {
-    run(
-        &[
-            "fetch",
-            chunk,
-            "--seed",
-            seed,
-            "-o",
-            out.to_str().expect("utf-8 path"),
-            "--origin",
-            &format!("http://{origin}"),
-        ],
-        FETCH_BOUND,
-    )
+/// `fetch` naming `origin` (`HOST:PORT`) as the file's origin.
+fn fetch_from(chunk: &str, seed: &str, out: &Path, origin: &str) -> std::process::Output {
+    fetch(chunk, seed, out, &["--origin", &format!("http://{origin}")])
 }
 
 /// The report line of `addr` in a fetch's stdout: `ADDR N bytes ...` → N.
@@ -114,7 +71,7 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
     let chunk = import(&file, &origin_store.0, 64 * 1024);
     // The origin is not in the cluster's roster: only `X-DART-Origin` names it.
     let origin = Node::start(&origin_store.0, &[], &["--metrics", "127.0.0.1:0"]);
-    let origin_metrics = metrics_addr(&origin);
+    let origin_metrics = origin.metrics_addr();
     // Roster rounds every second, so that every node places blocks over the same three
     // members before the reads start (a node's parent is computed over its own roster).
     let config = dir.join("node.toml");
@@ -125,11 +82,11 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
     let b = Node::start(&stores[1].0, &[&a.addr], &flags);
     let c = Node::start(&stores[2].0, &[&a.addr], &flags);
     for n in [&a, &b, &c] {
-        wait_members(n, 3);
+        n.wait_members(3);
     }
     let served = || counter(&origin_metrics, "peerblock_served_bytes_total");
     let first = dir.join("first.bin");
-    let fetched = fetch(&chunk, &b.addr, &first, &origin.addr);
+    let fetched = fetch_from(&chunk, &b.addr, &first, &origin.addr);
     let stderr = String::from_utf8_lossy(&fetched.stderr);
     assert!(fetched.status.success(), "{stderr}");
     assert_eq!(std::fs::read(&first).unwrap(), data);
@@ -149,7 +106,7 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
     );
     // A second reader, through another seed: the origin serves nothing more.
     let second = dir.join("second.bin");
-    let fetched = fetch(&chunk, &c.addr, &second, &origin.addr);
+    let fetched = fetch_from(&chunk, &c.addr, &second, &origin.addr);
     assert!(
         fetched.status.success(),
         "{}",

@@ -5,40 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::procs::{import, random_file, run, Node, TempDir};
-
-/// Bound on one `fetch` of a small file.
-const FETCH_BOUND: Duration = Duration::from_secs(60);
-
-/// Waits (bounded) until `node` prints `members N` with N >= `want`.
-fn wait_members(node: &Node, want: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let line = node
-            .lines
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("node {} never knew {want} members", node.addr));
-        if let Some(n) = line.strip_prefix("members ") {
-            if n.trim().parse::<usize>().is_ok_and(|n| n >= want) {
-                return;
-            }
-        }
-    }
-}
-
-fn fetch(chunk: &str, seed: &str, out: &std::path::Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "fetch",
-        chunk,
-        "--seed",
-        seed,
-        "-o",
-        out.to_str().expect("utf-8 path"),
-    ];
-    args.extend_from_slice(extra);
-    run(&args, FETCH_BOUND)
-}
+use common::procs::{fetch, import, random_file, Node, TempDir};
 
 /// The `serve` flags of each driver: tokio (the default) and mio.
 const TOKIO: &[&str] = &[];
@@ -83,8 +50,8 @@ fn live_nodes_learn_each_other_through_the_roster_exchange(da: &[&str], db: &[&s
     let b = Node::start(&b_store.0, &[&a.addr], db);
     // B asked A (its seed) for A's roster and so knows A; A learned B as an identified
     // caller of that request.
-    wait_members(&b, 2);
-    wait_members(&a, 2);
+    b.wait_members(2);
+    a.wait_members(2);
 }
 
 fn a_file_imported_on_one_node_is_fetched_byte_exact_through_another_nodes_seed(
@@ -98,7 +65,7 @@ fn a_file_imported_on_one_node_is_fetched_byte_exact_through_another_nodes_seed(
     let chunk = import(&file, &a_store.0, 256 * 1024);
     let a = Node::start(&a_store.0, &[], da);
     let b = Node::start(&b_store.0, &[&a.addr], db);
-    wait_members(&b, 2);
+    b.wait_members(2);
     let out = dir.join("output.bin");
     let fetched = fetch(&chunk, &b.addr, &out, &[]);
     let stderr = String::from_utf8_lossy(&fetched.stderr);
@@ -141,7 +108,7 @@ fn a_corrupted_block_on_one_holder_is_rejected_by_validation_and_read_from_anoth
     assert_eq!(corrupted, 16);
     let a = Node::start(&stores[0].0, &[], da);
     let b = Node::start(&stores[1].0, &[&a.addr], db);
-    wait_members(&b, 2);
+    b.wait_members(2);
     let out = dir.join("output.bin");
     let fetched = fetch(&chunk, &b.addr, &out, &[]);
     let stderr = String::from_utf8_lossy(&fetched.stderr);
@@ -207,7 +174,7 @@ fn serve_on_the_mio_driver_with_sendfile_serves_exact_blocks() {
     let config = config.to_str().expect("utf-8 path");
     let a = Node::start(&a_store.0, &[], &["--driver", "mio", "--config", config]);
     let b = Node::start(&b_store.0, &[&a.addr], MIO);
-    wait_members(&b, 2);
+    b.wait_members(2);
     let out = dir.join("output.bin");
     let fetched = fetch(&chunk, &b.addr, &out, &[]);
     let stderr = String::from_utf8_lossy(&fetched.stderr);

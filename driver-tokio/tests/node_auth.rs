@@ -9,23 +9,6 @@ use std::time::Duration;
 
 use common::procs::{Node, TempDir};
 
-/// Waits (bounded) until `node` prints `members N` with N >= `want`.
-fn wait_members(node: &Node, want: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let line = node
-            .lines
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("node {} never knew {want} members", node.addr));
-        if let Some(n) = line.strip_prefix("members ") {
-            if n.trim().parse::<usize>().is_ok_and(|n| n >= want) {
-                return;
-            }
-        }
-    }
-}
-
 /// The node's roster body, fetched anonymously (teaches the node nothing), bounded.
 fn roster(addr: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
@@ -48,8 +31,8 @@ fn signed_nodes_learn_each_other_verified() {
     let (a_store, b_store) = (TempDir::new("auth-a"), TempDir::new("auth-b"));
     let a = Node::start(&a_store.0, &[], &[]);
     let b = Node::start(&b_store.0, &[&a.addr], &[]);
-    wait_members(&b, 2);
-    wait_members(&a, 2);
+    b.wait_members(2);
+    a.wait_members(2);
     // Each serves the other's record: it verified it (unverified entries carry none).
     let at_a = roster(&a.addr);
     let b_at_a = entry(&at_a, &b.addr).expect("A lists B");
@@ -84,7 +67,7 @@ fn a_verified_only_node_refuses_an_unsigned_peer_that_still_learns_it() {
     let b = Node::start(&b_store.0, &[&a.addr], &["--id", "legacy-b"]);
     // B learned A (B is open; A's record verifies), so B's request reached A, which
     // refused to learn B before answering it.
-    wait_members(&b, 2);
+    b.wait_members(2);
     let at_a = roster(&a.addr);
     assert!(
         entry(&at_a, &b.addr).is_none(),

@@ -87,17 +87,6 @@ fn metrics(metrics_addr: &str) -> String {
     String::from_utf8(http_get(metrics_addr, "/metrics", "").body).expect("utf-8 metrics")
 }
 
-fn metrics_addr(node: &Node) -> String {
-    let line = node
-        .lines
-        .recv_timeout(EXCHANGE_BOUND)
-        .expect("a `metrics ADDR` line");
-    line.strip_prefix("metrics ")
-        .unwrap_or_else(|| panic!("not a metrics line: {line:?}"))
-        .trim()
-        .to_owned()
-}
-
 fn flip(path: &Path, at: usize) {
     let mut b = std::fs::read(path).expect("read block");
     b[at] ^= 0x20;
@@ -128,7 +117,7 @@ fn a_rotten_block_on_a_holder_is_quarantined_and_answered_404_corrupt(kind: &str
     flags.extend(["--metrics".to_owned(), "127.0.0.1:0".to_owned()]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let node = Node::start(&store.0, &[], &flags);
-    let admin = metrics_addr(&node);
+    let admin = node.metrics_addr();
     let r = block(&node.addr, &chunk, 2);
     assert_eq!(r.status, 404, "{}", r.head);
     assert!(

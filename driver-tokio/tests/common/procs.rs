@@ -99,6 +99,36 @@ impl Node {
         }
     }
 
+    /// Waits (bounded: 30 s) until the node prints `members N` with N >= `want`.
+    pub fn wait_members(&self, want: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("node {} never knew {want} members", self.addr));
+            if let Some(n) = line.strip_prefix("members ") {
+                if n.trim().parse::<usize>().is_ok_and(|n| n >= want) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The metrics endpoint's address, from the `metrics ADDR` line a node started with
+    /// `--metrics` prints right after `listening` (call it first, before other waits).
+    pub fn metrics_addr(&self) -> String {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a `metrics ADDR` line");
+        line.strip_prefix("metrics ")
+            .unwrap_or_else(|| panic!("not a metrics line: {line:?}"))
+            .trim()
+            .to_owned()
+    }
+
     /// Sends SIGTERM and waits (bounded) for the process to exit; returns whether it
     /// exited successfully.
     pub fn terminate(mut self) -> bool {
@@ -173,6 +203,24 @@ pub fn run(args: &[&str], bound: Duration) -> Output {
             panic!("peerblock-node {args:?} did not finish within {bound:?}");
         }
     }
+}
+
+/// Bound on one `fetch` of a small file (a few MiB on loopback; generous for a loaded
+/// CI machine, and waits for refusals of 1 s each).
+pub const FETCH_BOUND: Duration = Duration::from_secs(90);
+
+/// `peerblock-node fetch CHUNK --seed SEED -o OUT EXTRA...`, bounded by [`FETCH_BOUND`].
+pub fn fetch(chunk: &str, seed: &str, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "fetch",
+        chunk,
+        "--seed",
+        seed,
+        "-o",
+        out.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    run(&args, FETCH_BOUND)
 }
 
 /// Writes `len` deterministic pseudo-random bytes (seeded) to `path`; returns them.
