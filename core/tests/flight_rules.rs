@@ -466,6 +466,11 @@ fn the_byte_bound_accepts_at_the_bound_and_refuses_one_more() {
         }
         assert_eq!(f.pinned_bytes(), 30);
         assert_eq!(
+            f.config(),
+            &config(100, 100, 100, 10, bytes),
+            "the config in force"
+        );
+        assert_eq!(
             f.handle_want(t(0), &req(9), 9, t(1_000)),
             Err(FlightsFull::Bytes { max: bytes })
         );

@@ -507,7 +507,7 @@ impl<W: Copy + Eq> RelayFlights<W> {
         };
         self.by_key.remove(&flight.key);
         let result = match result {
-            SourceResult::Found(bytes) if bytes.len() as u64 > self.config.max_block_bytes => {
+            SourceResult::Found(bytes) if (bytes.len() as u64) > self.config.max_block_bytes => {
                 SourceResult::Failed
             }
             SourceResult::External { .. } => SourceResult::Failed,
