@@ -7,7 +7,7 @@
 //! waiter ([`FlightEvent::Answer`]): a `Found` block as the same [`Bytes`] (shared by
 //! reference count, never copied), a failure as the same typed outcome.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -310,6 +310,7 @@ type Waiters<W> = SmallVec<[Waiter<W>; INLINE_WAITERS]>;
 
 #[derive(Clone, Debug)]
 struct Flight<W> {
+    id: FlightId,
     key: FlightKey,
     /// In arrival order: the lead first.
     waiters: Waiters<W>,
@@ -358,16 +359,20 @@ struct Flight<W> {
 ///   is harmless, and after `handle_timeout(now)` no deadline at or before `now` remains.
 ///   Time must not go backwards; if it does, the table uses the latest instant it has seen
 ///   (it never panics).
-/// - Allocation: a join allocates nothing (up to 8 waiters inline, and
-///   spilled storage is reused by later flights); a new flight may allocate a map node.
-///   No clock reads, no randomness.
+/// - Cost: once warmed up (the tables have grown to the load), no input allocates: the
+///   flights and the key index are sorted vectors whose capacity is kept, a flight holds
+///   up to 8 waiters inline, and spilled waiter lists are kept for later flights. A want
+///   finds its key in `O(log flights)`; cancels, timeouts and `poll_timeout` scan the
+///   waiters (`O(waiters)`, at most [`FlightConfig::max_waiters`]). No clock reads, no
+///   randomness.
 #[derive(Clone, Debug)]
 pub struct RelayFlights<W> {
     config: FlightConfig,
     now: Instant,
-    /// Flights in the order they led (ids only grow).
-    flights: BTreeMap<FlightId, Flight<W>>,
-    by_key: BTreeMap<FlightKey, FlightId>,
+    /// Flights in the order they led, so sorted by id (ids only grow).
+    flights: Vec<Flight<W>>,
+    /// The flights' keys, sorted, each with its flight.
+    by_key: Vec<(FlightKey, FlightId)>,
     next_id: u64,
     waiters: usize,
     events: VecDeque<FlightEvent<W>>,
@@ -383,8 +388,8 @@ impl<W: Copy + Eq> RelayFlights<W> {
         Ok(RelayFlights {
             config,
             now,
-            flights: BTreeMap::new(),
-            by_key: BTreeMap::new(),
+            flights: Vec::new(),
+            by_key: Vec::new(),
             next_id: 0,
             waiters: 0,
             events: VecDeque::new(),
@@ -414,7 +419,27 @@ impl<W: Copy + Eq> RelayFlights<W> {
 
     /// The flight a key's wants currently join, if one is in flight.
     pub fn flight_of(&self, key: &FlightKey) -> Option<FlightId> {
-        self.by_key.get(key).copied()
+        let at = self.key_index(key).ok()?;
+        Some(self.by_key[at].1)
+    }
+
+    /// Where `key` is in the key index (or would be inserted).
+    fn key_index(&self, key: &FlightKey) -> Result<usize, usize> {
+        self.by_key.binary_search_by(|(k, _)| k.cmp(key))
+    }
+
+    /// Where flight `id` is in `flights`.
+    fn flight_index(&self, id: FlightId) -> Option<usize> {
+        self.flights.binary_search_by_key(&id, |f| f.id).ok()
+    }
+
+    /// Takes flight `at` out of both tables.
+    fn remove_flight(&mut self, at: usize) -> Flight<W> {
+        let flight = self.flights.remove(at);
+        if let Ok(k) = self.key_index(&flight.key) {
+            self.by_key.remove(k);
+        }
+        flight
     }
 
     fn clock(&mut self, now: Instant) -> Instant {
@@ -439,7 +464,7 @@ impl<W: Copy + Eq> RelayFlights<W> {
         debug_assert!(
             !self
                 .flights
-                .values()
+                .iter()
                 .any(|f| f.waiters.iter().any(|w| w.waiter == waiter)),
             "waiter handles must be distinct among waiters in the table"
         );
@@ -458,16 +483,21 @@ impl<W: Copy + Eq> RelayFlights<W> {
         }
         let entry = Waiter { waiter, deadline };
         let key = FlightKey::of(request);
-        if let Some(&id) = self.by_key.get(&key) {
-            let max = self.config.max_waiters_per_flight;
-            let flight = self.flights.get_mut(&id).expect("indexed flight exists");
-            if flight.waiters.len() >= max {
-                return Err(FlightsFull::WaitersPerFlight { max });
+        let slot = match self.key_index(&key) {
+            Ok(k) => {
+                let id = self.by_key[k].1;
+                let max = self.config.max_waiters_per_flight;
+                let at = self.flight_index(id).expect("an indexed flight exists");
+                let flight = &mut self.flights[at];
+                if flight.waiters.len() >= max {
+                    return Err(FlightsFull::WaitersPerFlight { max });
+                }
+                flight.waiters.push(entry);
+                self.waiters += 1;
+                return Ok(Want::Joined(id));
             }
-            flight.waiters.push(entry);
-            self.waiters += 1;
-            return Ok(Want::Joined(id));
-        }
+            Err(slot) => slot,
+        };
         if self.flights.len() >= self.config.max_flights {
             return Err(FlightsFull::Flights {
                 max: self.config.max_flights,
@@ -486,12 +516,12 @@ impl<W: Copy + Eq> RelayFlights<W> {
         self.next_id += 1;
         let mut waiters = self.spare.pop().unwrap_or_default();
         waiters.push(entry);
-        self.by_key.insert(key.clone(), id);
+        self.by_key.insert(slot, (key.clone(), id));
         self.events.push_back(FlightEvent::Fetch {
             id,
             request: key.request(),
         });
-        self.flights.insert(id, Flight { key, waiters });
+        self.flights.push(Flight { id, key, waiters });
         self.waiters += 1;
         Ok(Want::Lead(id))
     }
@@ -502,10 +532,10 @@ impl<W: Copy + Eq> RelayFlights<W> {
     pub fn handle_result(&mut self, now: Instant, id: FlightId, result: SourceResult) {
         let now = self.clock(now);
         self.expire(now);
-        let Some(flight) = self.flights.remove(&id) else {
+        let Some(at) = self.flight_index(id) else {
             return;
         };
-        self.by_key.remove(&flight.key);
+        let flight = self.remove_flight(at);
         let result = match result {
             SourceResult::Found(bytes) if (bytes.len() as u64) > self.config.max_block_bytes => {
                 SourceResult::Failed
@@ -532,14 +562,16 @@ impl<W: Copy + Eq> RelayFlights<W> {
     pub fn handle_cancel(&mut self, now: Instant, waiter: W) {
         let now = self.clock(now);
         self.expire(now);
-        let found = self.flights.iter_mut().find_map(|(id, f)| {
-            let at = f.waiters.iter().position(|w| w.waiter == waiter)?;
-            f.waiters.remove(at);
-            Some(*id)
+        let found = self.flights.iter_mut().enumerate().find_map(|(at, f)| {
+            let w = f.waiters.iter().position(|w| w.waiter == waiter)?;
+            f.waiters.remove(w);
+            Some(at)
         });
-        if let Some(id) = found {
+        if let Some(at) = found {
             self.waiters -= 1;
-            self.abandon_if_empty(id);
+            if self.flights[at].waiters.is_empty() {
+                self.abandon(at);
+            }
         }
     }
 
@@ -553,7 +585,7 @@ impl<W: Copy + Eq> RelayFlights<W> {
     /// The earliest waiter deadline, and whose.
     pub fn poll_timeout(&self) -> Option<Deadline<FlightTimer<W>>> {
         let mut best: Option<Deadline<FlightTimer<W>>> = None;
-        for w in self.flights.values().flat_map(|f| f.waiters.iter()) {
+        for w in self.flights.iter().flat_map(|f| f.waiters.iter()) {
             if best.is_none_or(|b| w.deadline < b.at) {
                 best = Some(Deadline {
                     at: w.deadline,
@@ -574,16 +606,17 @@ impl<W: Copy + Eq> RelayFlights<W> {
         if self.poll_timeout().is_none_or(|d| d.at > now) {
             return;
         }
-        let mut emptied: SmallVec<[FlightId; 4]> = SmallVec::new();
-        for (id, flight) in self.flights.iter_mut() {
-            let before = flight.waiters.len();
+        let mut at = 0;
+        while at < self.flights.len() {
+            let flight = &mut self.flights[at];
+            let (id, before) = (flight.id, flight.waiters.len());
             let events = &mut self.events;
             flight.waiters.retain(|w| {
                 let due = w.deadline <= now;
                 if due {
                     events.push_back(FlightEvent::Answer {
                         waiter: w.waiter,
-                        flight: Some(*id),
+                        flight: Some(id),
                         answer: FlightAnswer::TimedOut,
                     });
                 }
@@ -591,25 +624,20 @@ impl<W: Copy + Eq> RelayFlights<W> {
             });
             self.waiters -= before - flight.waiters.len();
             if flight.waiters.is_empty() {
-                emptied.push(*id);
+                self.abandon(at);
+            } else {
+                at += 1;
             }
-        }
-        for id in emptied {
-            self.abandon_if_empty(id);
         }
     }
 
-    fn abandon_if_empty(&mut self, id: FlightId) {
-        if !self.flights.get(&id).is_some_and(|f| f.waiters.is_empty()) {
-            return;
-        }
-        if let Some(flight) = self.flights.remove(&id) {
-            self.by_key.remove(&flight.key);
-            self.events.push_back(FlightEvent::Abandon {
-                id,
-                path: flight.key.path,
-            });
-            self.spare.push(flight.waiters);
-        }
+    /// Flight `at` has no waiter left: it ends, and the driver is told to drop its fetch.
+    fn abandon(&mut self, at: usize) {
+        let flight = self.remove_flight(at);
+        self.events.push_back(FlightEvent::Abandon {
+            id: flight.id,
+            path: flight.key.path,
+        });
+        self.spare.push(flight.waiters);
     }
 }
