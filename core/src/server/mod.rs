@@ -1,4 +1,4 @@
-//! The server side of a peer exchange: admission, relay decisions, the
+//! The server side of a peer exchange: admission, relay decisions, single-flight relays, the
 //! per-connection machine and response framing.
 //!
 //! A server's job is to answer fast and explicitly: serve what it holds, say 404 when it
@@ -8,6 +8,7 @@
 
 mod admission;
 mod connection;
+mod flight;
 mod relay;
 
 pub use admission::{
@@ -21,6 +22,11 @@ pub use connection::{
     ServerEvent, ServerTimer, ServerUsageError, SourceRequest, SourceResult, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_LINGER, DEFAULT_REFUSAL_HEAD_TIMEOUT, DEFAULT_SEND_TIMEOUT, DEFAULT_SOURCE_TIMEOUT,
     MAX_REFUSAL_HEAD_BYTES,
+};
+pub use flight::{
+    FlightAnswer, FlightConfig, FlightConfigError, FlightEvent, FlightId, FlightKey, FlightTimer,
+    FlightsFull, RelayFlights, Want, DEFAULT_MAX_BLOCK_BYTES, DEFAULT_MAX_FLIGHTS,
+    DEFAULT_MAX_FLIGHT_BYTES, DEFAULT_MAX_WAITERS, DEFAULT_MAX_WAITERS_PER_FLIGHT,
 };
 pub use relay::{
     Decline, OriginIdentity, RelayConfig, TrustOrigin, DEFAULT_MAX_BLOCK_INDEX, DEFAULT_MAX_HOP,
