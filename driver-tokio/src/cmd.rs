@@ -388,7 +388,14 @@ impl RunningNode {
             let upstream = Client::new(upstream)
                 .map_err(|e| NodeError::Failed(format!("relay client configuration: {e}")))?;
             let parent = placement_parent(&parts);
-            Arc::new(RelaySource::new(parts.store, upstream, None).with_parent(parent))
+            let relay = RelaySource::new(parts.store, upstream, None)
+                .with_parent(parent)
+                .with_flights(
+                    peerblock_core::server::FlightConfig::default(),
+                    config.listener.source_timeout,
+                )
+                .map_err(|e| NodeError::Failed(format!("relay single-flight: {e}")))?;
+            Arc::new(relay)
         } else {
             Arc::new(parts.store)
         };

@@ -25,6 +25,26 @@
 //! would turn the next requester's fetch into a `500` instead of its own answer.
 //! `peerblock-node serve` does this.
 //!
+//! # The block's parent
+//!
+//! With [`Parent::Placement`] (what `peerblock-node serve` sets) the fetch goes first to
+//! the block's parent, the nearest live holder of the block nearer to its key than this
+//! node, and to the origin only when this node is the nearest live holder or the parent's
+//! answer is not final ([`parent_answer_is_final`]): every request for a block converges
+//! on one holder, which alone asks the origin.
+//!
+//! # Single-flight
+//!
+//! Concurrent relayed misses for the same block (same hop and origin) at this node share
+//! one upstream fetch: core's [`RelayFlights`] table decides who leads and who joins, bounds
+//! the flights, waiters and pinned bytes (a want past a bound is answered `Failed`, a 500,
+//! and charges nobody), and fans the one result out, a failure as much as a block. Each
+//! waiter waits at most the server's source timeout ([`RelaySource::with_flights`]); a
+//! request that goes away (its connection closed, its source timeout) leaves the table,
+//! and a flight whose waiters all left is abandoned (its fetch task aborted). The table is
+//! the source's own, shared by its clones. (The mio driver's relay does not use it yet:
+//! each of its relayed misses is its own fetch.)
+//!
 //! # The origin
 //!
 //! peerblock's convention for `X-DART-Origin` is the URL of an HTTP server that serves the
@@ -43,9 +63,18 @@
 //! not hold is served (the reader validates it end to end) and kept in the hot-block cache
 //! but never written to disk.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use peerblock_core::bytes::Bytes;
 use peerblock_core::client::BlockRequest;
+use peerblock_core::server::{
+    FlightAnswer, FlightConfig, FlightConfigError, FlightEvent, FlightId, RelayFlights,
+};
 use peerblock_core::server::{SourceRequest, SourceResult};
+use peerblock_core::time::Instant;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 use crate::client::{Client, Peer};
 use crate::source::{BlockFuture, BlockSource, FileStore};
@@ -61,17 +90,42 @@ pub struct RelaySource {
     store: FileStore,
     client: Client,
     parent: Parent,
+    flights: Arc<Flights>,
 }
 
 impl RelaySource {
     /// Serves `store`; relays through `client` (breakerless: see the module docs) to
     /// `parent` (if given: [`Parent::Fixed`]) before the origin.
     pub fn new(store: FileStore, client: Client, parent: Option<String>) -> Self {
+        let flights = Arc::new(Flights::new(client.now(), FlightConfig::default()));
         RelaySource {
             store,
             client,
             parent: parent.map_or(Parent::None, Parent::Fixed),
+            flights,
         }
+    }
+
+    /// The same source with single-flight bounds `config` and waiters that give up after
+    /// `wait` (use the server's `source_timeout`: core answers a relay still unanswered
+    /// then with a 500 anyway). Fails if `config` is out of range.
+    pub fn with_flights(
+        mut self,
+        config: FlightConfig,
+        wait: std::time::Duration,
+    ) -> Result<Self, FlightConfigError> {
+        config.validate()?;
+        let mut flights = Flights::new(self.client.now(), config);
+        flights.wait = wait;
+        self.flights = Arc::new(flights);
+        Ok(self)
+    }
+
+    /// Relayed fetches in flight and requests waiting for them now (for tests and
+    /// metrics).
+    pub fn flights_in_flight(&self) -> (usize, usize) {
+        let state = self.flights.lock();
+        (state.table.flights(), state.table.waiters())
     }
 
     /// The same source asking `parent` before the origin ([`Parent::Placement`]: the
@@ -87,15 +141,30 @@ impl BlockSource for RelaySource {
         self.store.fetch(request)
     }
 
+    /// A relayed miss joins the single-flight table: the first request for a block leads
+    /// one upstream fetch (through the block's parent, else the origin), concurrent
+    /// requests for the same block (same hop and origin) wait for its answer. See the
+    /// module docs, "Single-flight".
     fn relay(&self, request: &SourceRequest) -> BlockFuture {
-        let (origin, at_origin) = upstream_of(request, None);
-        let (store, client) = (self.store.clone(), self.client.clone());
-        let (path, hop) = (request.path, request.hop);
-        let now = client.now();
-        let parent = client.with_peers(|peers| {
-            self.parent
-                .of(&path, &|id| PeerView::eligible(&*peers, now, id))
-        });
+        let source = self.clone();
+        let request = request.clone();
+        Box::pin(async move { source.flights.clone().relay(source, request).await })
+    }
+}
+
+/// One upstream fetch of a relayed block: through the block's parent, else from the
+/// origin; a found block validated before it is served and stored (module docs).
+fn upstream(source: &RelaySource, request: &SourceRequest) -> BlockFuture {
+    let (origin, at_origin) = upstream_of(request, None);
+    let (store, client) = (source.store.clone(), source.client.clone());
+    let (path, hop) = (request.path, request.hop);
+    let now = client.now();
+    let parent = client.with_peers(|peers| {
+        source
+            .parent
+            .of(&path, &|id| PeerView::eligible(&*peers, now, id))
+    });
+    {
         Box::pin(async move {
             let block = BlockRequest {
                 path,
@@ -150,6 +219,153 @@ impl BlockSource for RelaySource {
             }
             result
         })
+    }
+}
+
+/// How long a waiter waits for its flight by default: core's default source timeout
+/// (10 s), after which the server answers the request 500 itself.
+const DEFAULT_FLIGHT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The source's single-flight table ([`RelayFlights`], core's) and what drives it: the
+/// waiting requests' answer channels and the upstream fetches' tasks. Shared by the
+/// source's clones; locked briefly, never across an `.await`.
+struct Flights {
+    state: Mutex<FlightState>,
+    wait: std::time::Duration,
+}
+
+struct FlightState {
+    table: RelayFlights<u64>,
+    next_waiter: u64,
+    waiting: HashMap<u64, oneshot::Sender<FlightAnswer>>,
+    fetches: HashMap<FlightId, JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Flights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Flights")
+            .field("flights", &state.table.flights())
+            .field("waiters", &state.table.waiters())
+            .finish()
+    }
+}
+
+/// Takes a waiter out of the table if its request goes away before its answer (the
+/// server dropped the relay future: source timeout, connection closed).
+struct Waiting {
+    flights: Arc<Flights>,
+    source: RelaySource,
+    waiter: u64,
+    answered: bool,
+    now: Instant,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if !self.answered {
+            let mut state = self.flights.lock();
+            state.table.handle_cancel(self.now, self.waiter);
+            state.waiting.remove(&self.waiter);
+            drop(state);
+            self.flights.drain(&self.source);
+        }
+    }
+}
+
+impl Flights {
+    fn new(now: Instant, config: FlightConfig) -> Flights {
+        Flights {
+            state: Mutex::new(FlightState {
+                table: RelayFlights::new(config, now).expect("validated flight config"),
+                next_waiter: 0,
+                waiting: HashMap::new(),
+                fetches: HashMap::new(),
+            }),
+            wait: DEFAULT_FLIGHT_WAIT,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FlightState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One relayed request: want, then the answer (or the wait's end).
+    async fn relay(self: Arc<Self>, source: RelaySource, request: SourceRequest) -> SourceResult {
+        let now = source.client.now();
+        let deadline = now + self.wait;
+        let (tx, rx) = oneshot::channel();
+        let waiter = {
+            let mut state = self.lock();
+            let waiter = state.next_waiter;
+            state.next_waiter += 1;
+            match state.table.handle_want(now, &request, waiter, deadline) {
+                Ok(want) => {
+                    tracing::trace!(path = %request.path, ?want, "relay flight");
+                    state.waiting.insert(waiter, tx);
+                }
+                Err(full) => {
+                    tracing::warn!(path = %request.path, error = %full, "relay refused: single-flight table full");
+                    return SourceResult::Failed;
+                }
+            }
+            waiter
+        };
+        let mut waiting = Waiting {
+            flights: self.clone(),
+            source: source.clone(),
+            waiter,
+            answered: false,
+            now,
+        };
+        self.drain(&source);
+        let wait = deadline.saturating_duration_since(source.client.now());
+        let answer = match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(answer)) => answer,
+            // Timed out (or the table dropped us): the deadline's own answer.
+            _ => {
+                let now = source.client.now();
+                self.lock().table.handle_timeout(now);
+                self.drain(&source);
+                FlightAnswer::TimedOut
+            }
+        };
+        waiting.answered = true;
+        answer.into_source_result()
+    }
+
+    /// Carries out what the table asks: upstream fetches (on tasks of their own, through
+    /// `source`), answers to waiters, abandoned fetches aborted.
+    fn drain(self: &Arc<Self>, source: &RelaySource) {
+        let mut state = self.lock();
+        while let Some(event) = state.table.poll_event() {
+            match event {
+                FlightEvent::Fetch { id, request } => {
+                    let (flights, source) = (self.clone(), source.clone());
+                    let task = tokio::spawn(async move {
+                        let result = upstream(&source, &request).await;
+                        let now = source.client.now();
+                        {
+                            let mut state = flights.lock();
+                            state.fetches.remove(&id);
+                            state.table.handle_result(now, id, result);
+                        }
+                        flights.drain(&source);
+                    });
+                    state.fetches.insert(id, task);
+                }
+                FlightEvent::Answer { waiter, answer, .. } => {
+                    if let Some(tx) = state.waiting.remove(&waiter) {
+                        let _ = tx.send(answer);
+                    }
+                }
+                FlightEvent::Abandon { id, .. } => {
+                    if let Some(task) = state.fetches.remove(&id) {
+                        task.abort();
+                    }
+                }
+            }
+        }
     }
 }
 

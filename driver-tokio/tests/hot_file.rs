@@ -176,3 +176,81 @@ fn an_origin_that_is_not_an_http_host_port_url_is_refused() {
         assert!(stderr.contains("--origin"), "{stderr}");
     }
 }
+
+/// `GET /peer/v1/block/CHUNK/INDEX` naming `origin`, from source address `from`, to
+/// `addr`; the status code.
+fn relayed_get(from: std::net::IpAddr, addr: &str, chunk: &str, index: u64, origin: &str) -> u16 {
+    let target: std::net::SocketAddr = addr.parse().expect("a socket address");
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    socket
+        .bind(&std::net::SocketAddr::new(from, 0).into())
+        .expect("bind the source address");
+    socket
+        .connect_timeout(&target.into(), Duration::from_secs(10))
+        .expect("connect to the node");
+    let mut s: TcpStream = socket.into();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET /peer/v1/block/{chunk}/{index} HTTP/1.1\r\nHost: t\r\nX-DART-Origin: http://{origin}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read the response");
+    std::str::from_utf8(&raw[9..12])
+        .expect("a status")
+        .parse()
+        .expect("a status code")
+}
+
+/// Rule: concurrent misses for one block at one node share one upstream fetch
+/// (single-flight): 64 requests from 64 sources, while the origin's slow upload keeps the
+/// first fetch in flight, are all answered 200 and the origin serves the block once.
+#[test]
+fn concurrent_relayed_misses_for_one_block_share_one_upstream_fetch() {
+    let dir = TempDir::new("flight");
+    let origin_store = TempDir::new("flight-origin");
+    let relay_store = TempDir::new("flight-relay");
+    let file = dir.join("input.bin");
+    random_file(&file, 256 * 1024, 31);
+    let chunk = import(&file, &origin_store.0, 256 * 1024);
+    // 256 KiB at 128 KiB/s: the one upstream fetch takes about 2 s.
+    let config = dir.join("origin.toml");
+    std::fs::write(
+        &config,
+        "[listener]\nupload_bytes_per_second = 131072\nsend_timeout = \"60s\"\n",
+    )
+    .unwrap();
+    let origin = Node::start(
+        &origin_store.0,
+        &[],
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let origin_metrics = origin.metrics_addr();
+    let relay_config = dir.join("relay.toml");
+    std::fs::write(&relay_config, "[listener]\nsource_timeout = \"30s\"\n").unwrap();
+    let relay = Node::start(
+        &relay_store.0,
+        &[],
+        &["--config", relay_config.to_str().unwrap()],
+    );
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..64u8)
+            .map(|i| {
+                let from = std::net::IpAddr::from([127, 0, 1, 10 + i]);
+                let (addr, chunk, origin) = (&relay.addr, &chunk, &origin.addr);
+                s.spawn(move || relayed_get(from, addr, chunk, 1, origin))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    let served = counter(&origin_metrics, "peerblock_requests_total{status=\"200\"}");
+    assert_eq!(served, 1, "the origin served the block {served} times");
+}
