@@ -40,8 +40,9 @@ use peerblock_common::store::{FileStore, OpenBlock, Opened, RelayVerdict};
 use peerblock_common::SharedMembership;
 use peerblock_core::client::BlockRequest;
 use peerblock_core::server::{
-    Admission, AdmissionConfig, AdmissionConfigError, RequestId, RequestRejection, ServerConfig,
-    ServerConfigError, ServerConnection, ServerEvent, SourceRequest, SourceResult,
+    Admission, AdmissionConfig, AdmissionConfigError, FlightConfig, FlightEvent, FlightId,
+    FlightKey, RelayFlights, RequestId, RequestRejection, ServerConfig, ServerConfigError,
+    ServerConnection, ServerEvent, SourceRequest, SourceResult,
 };
 use peerblock_core::time::{Clock, Instant};
 use peerblock_core::transmit::{Close, Transmit};
@@ -193,9 +194,132 @@ pub(crate) struct Shared {
     /// Bumped (and waiters woken) whenever a connection is admitted, refused or closed.
     changed: Mutex<u64>,
     changed_cv: Condvar,
+    /// The relay's single-flight table (used only with a relay).
+    flights: Mutex<Flights>,
+}
+
+/// The relay's single-flight table (core's [`RelayFlights`]: concurrent relayed misses for
+/// one block share one upstream fetch) and the answers its waiters wait for, each a
+/// continuation that posts the result to the waiter's connection on its worker.
+pub(crate) struct Flights {
+    table: RelayFlights<u64>,
+    next: u64,
+    answers: HashMap<u64, Box<dyn FnOnce(SourceResult) + Send>>,
+    /// The upstream request of each flight in flight, to cancel when it is abandoned.
+    fetches: HashMap<FlightId, crate::client::RequestHandle>,
+}
+
+impl Flights {
+    /// The events the table has now (taken under the lock, carried out outside it).
+    fn events(&mut self) -> Vec<FlightEvent<u64>> {
+        std::iter::from_fn(|| self.table.poll_event()).collect()
+    }
+}
+
+/// Carries out single-flight events outside the table's lock: a fetch starts on worker
+/// `w` (only a want, which has its worker, leads one), an answer runs its waiter's
+/// continuation, an abandoned flight's fetch runs to its end and its result is ignored.
+fn act_on_flights(shared: &Arc<Shared>, mut w: Option<&mut Worker>, events: Vec<FlightEvent<u64>>) {
+    for event in events {
+        match event {
+            FlightEvent::Fetch { id, request } => match w.as_deref_mut() {
+                Some(w) => start_flight(shared, w, id, &request),
+                None => debug_assert!(false, "a fetch led outside a want"),
+            },
+            FlightEvent::Answer { waiter, answer, .. } => {
+                let answer_to = shared.flights().answers.remove(&waiter);
+                if let Some(answer_to) = answer_to {
+                    answer_to(answer.into_source_result());
+                }
+            }
+            FlightEvent::Abandon { id, .. } => {
+                // Nobody waits any more: the upstream connection is closed at once (its
+                // slot and ticket freed), not held until the upstream's deadlines.
+                let fetch = shared.flights().fetches.remove(&id);
+                if let (Some(handle), Some(relay)) = (fetch, &shared.relay) {
+                    relay.client.cancel(handle);
+                }
+            }
+        }
+    }
+}
+
+/// The result of flight `id`'s upstream fetch: fanned out to its waiters.
+fn flight_result(shared: &Arc<Shared>, now: Instant, id: FlightId, result: SourceResult) {
+    let events = {
+        let mut flights = shared.flights();
+        flights.fetches.remove(&id);
+        flights.table.handle_result(now, id, result);
+        flights.events()
+    };
+    act_on_flights(shared, None, events);
+}
+
+/// A waiter whose request went away (source timeout, connection closed) leaves its flight.
+fn leave_flight(shared: &Arc<Shared>, now: Instant, waiter: u64) {
+    let events = {
+        let mut flights = shared.flights();
+        flights.table.handle_cancel(now, waiter);
+        flights.answers.remove(&waiter);
+        flights.events()
+    };
+    act_on_flights(shared, None, events);
+}
+
+/// Starts flight `id`'s one upstream fetch on worker `w`: through the block's parent, else
+/// from the origin, validated (see [`RelayedFetch`]); its result goes to the table.
+fn start_flight(shared: &Arc<Shared>, w: &mut Worker, id: FlightId, request: &SourceRequest) {
+    let Some(relay) = shared.relay.clone() else {
+        flight_result(shared, w.now(), id, SourceResult::Miss);
+        return;
+    };
+    let (origin, at_origin) = upstream_of(request, None);
+    let now = relay.client.now();
+    let parent = relay.client.with_peers(|peers| {
+        relay.parent.of(&request.path, &|p| {
+            peerblock_core::read::PeerView::eligible(&*peers, now, p)
+        })
+    });
+    let first = match (parent, at_origin.clone()) {
+        (Some((id, addr)), _) => {
+            let peer = match id {
+                Some(id) => Peer::new(id, addr),
+                None => Peer::from_addr(addr),
+            };
+            // The origin after the parent, unless the parent's answer is final.
+            (peer, at_origin)
+        }
+        (None, Some(upstream)) => (Peer::from_addr(upstream), None),
+        (None, None) => {
+            tracing::warn!(?origin, "relay: the origin is not an http://HOST:PORT URL");
+            flight_result(shared, w.now(), id, SourceResult::Miss);
+            return;
+        }
+    };
+    let (results, client) = (shared.clone(), relay.client.clone());
+    let relayed = RelayedFetch {
+        worker: w.me(),
+        client: relay.client.clone(),
+        store: shared.store.clone(),
+        path: request.path,
+        hop: request.hop,
+        origin,
+        then: first.1,
+        answer: Box::new(move |result| flight_result(&results, client.now(), id, result)),
+    };
+    let handle = relayed.start(w, first.0);
+    let mut flights = shared.flights();
+    // Kept only while the flight is still in flight (its fetch may have ended already).
+    if flights.table.flight_of(&FlightKey::of(request)) == Some(id) {
+        flights.fetches.insert(id, handle);
+    }
 }
 
 impl Shared {
+    fn flights(&self) -> std::sync::MutexGuard<'_, Flights> {
+        self.flights.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn admission(&self) -> MutexGuard<'_, Admission> {
         self.admission
             .lock()
@@ -290,6 +414,16 @@ impl Server {
             next_worker: AtomicUsize::new(0),
             changed: Mutex::new(0),
             changed_cv: Condvar::new(),
+            flights: Mutex::new(Flights {
+                table: RelayFlights::new(
+                    FlightConfig::default(),
+                    runtime.clock().to_core(std::time::Instant::now()),
+                )
+                .expect("the default flight config is valid"),
+                next: 0,
+                answers: HashMap::new(),
+                fetches: HashMap::new(),
+            }),
         });
         for worker in 0..runtime.threads() {
             let listener = match self.listener.try_clone() {
@@ -589,7 +723,7 @@ pub(crate) struct ServerConn {
     /// Zero-copy blocks answered and not yet written, by request.
     files: HashMap<RequestId, OpenBlock>,
     /// Relayed fetches in flight: (request, the client request's handle).
-    pending: Vec<(RequestId, crate::client::RequestHandle)>,
+    pending: Vec<(RequestId, u64)>,
     readable: bool,
     writable: bool,
     eof: bool,
@@ -752,10 +886,9 @@ impl ServerConn {
                 tracing::debug!(peer = %self.peer, ?id, "source timed out: answered 500");
                 self.files.remove(&id);
                 if let Some(at) = self.pending.iter().position(|(p, _)| *p == id) {
-                    let (_, handle) = self.pending.swap_remove(at);
-                    if let Some(relay) = &self.shared.relay {
-                        relay.client.cancel_from(w, handle);
-                    }
+                    let (_, waiter) = self.pending.swap_remove(at);
+                    let shared = self.shared.clone();
+                    leave_flight(&shared, now, waiter);
                 }
             }
         }
@@ -803,42 +936,15 @@ impl ServerConn {
         }
     }
 
-    /// Starts a relayed fetch on the relay's client; its answer comes back to this
-    /// connection on this worker.
+    /// Joins (or leads) the relayed fetch of the request's block in the single-flight
+    /// table; its answer comes back to this connection on this worker.
     fn relay(&mut self, w: &mut Worker, key: Key, id: RequestId, request: &SourceRequest) {
-        let Some(relay) = self.shared.relay.clone() else {
+        if self.shared.relay.is_none() {
             let now = w.now();
             self.answer(now, id, SourceResult::Miss);
             return;
-        };
-        let (origin, at_origin) = upstream_of(request, None);
-        let now = relay.client.now();
-        let parent = relay.client.with_peers(|peers| {
-            relay.parent.of(&request.path, &|p| {
-                peerblock_core::read::PeerView::eligible(&*peers, now, p)
-            })
-        });
-        let first = match (parent, at_origin.clone()) {
-            (Some((id, addr)), _) => {
-                let peer = match id {
-                    Some(id) => Peer::new(id, addr),
-                    None => Peer::from_addr(addr),
-                };
-                // The origin after the parent, unless the parent's answer is final.
-                (peer, at_origin)
-            }
-            (None, Some(upstream)) => (Peer::from_addr(upstream), None),
-            (None, None) => {
-                tracing::warn!(?origin, "relay: the origin is not an http://HOST:PORT URL");
-                let now = w.now();
-                self.answer(now, id, SourceResult::Miss);
-                return;
-            }
-        };
+        }
         let me = w.me();
-        let path = request.path;
-        let hop = request.hop;
-        let store = self.shared.store.clone();
         let answer = move |result: SourceResult| {
             me.run(move |w| {
                 w.with_entry(key, |w, key, entry| match entry {
@@ -852,18 +958,33 @@ impl ServerConn {
                 })
             })
         };
-        let relayed = RelayedFetch {
-            worker: w.me(),
-            client: relay.client.clone(),
-            store,
-            path,
-            hop,
-            origin,
-            then: first.1,
-            answer: Box::new(answer),
+        // Concurrent misses for this block share one upstream fetch; this request waits
+        // at most the source timeout (core answers it 500 then anyway).
+        let now = w.now();
+        let deadline = now + self.shared.config.source_timeout;
+        let wanted = {
+            let mut flights = self.shared.flights();
+            let waiter = flights.next;
+            flights.next += 1;
+            match flights.table.handle_want(now, request, waiter, deadline) {
+                Ok(_) => {
+                    flights.answers.insert(waiter, Box::new(answer));
+                    Ok((waiter, flights.events()))
+                }
+                Err(full) => Err(full),
+            }
         };
-        let handle = relayed.start(w, first.0);
-        self.pending.push((id, handle));
+        match wanted {
+            Ok((waiter, events)) => {
+                self.pending.push((id, waiter));
+                let shared = self.shared.clone();
+                act_on_flights(&shared, Some(w), events);
+            }
+            Err(full) => {
+                tracing::warn!(path = %request.path, error = %full, "relay refused: single-flight table full");
+                self.answer(now, id, SourceResult::Failed);
+            }
+        }
     }
 
     /// Writes the current transmit as far as the socket and the budget allow: head and
@@ -982,12 +1103,11 @@ impl ServerConn {
             self.machine.close(now, &mut admission);
         }
         self.files.clear();
-        // Relayed fetches still running for this connection are given up: their slots
-        // and tickets free at once (the tokio driver aborts its source tasks).
-        if let Some(relay) = &self.shared.relay {
-            for (_, handle) in self.pending.drain(..) {
-                relay.client.cancel(handle);
-            }
+        // This connection's relayed requests leave their flights (a flight nobody else
+        // waits for is abandoned; its fetch runs to its end and its result is ignored).
+        let shared = self.shared.clone();
+        for (_, waiter) in self.pending.drain(..) {
+            leave_flight(&shared, now, waiter);
         }
         if let Some(out) = self.out.take() {
             let len = out.tx.body.len() as u64 + out.tx.external.map_or(0, |e| e.len);

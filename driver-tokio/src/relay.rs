@@ -42,8 +42,8 @@
 //! waiter waits at most the server's source timeout ([`RelaySource::with_flights`]); a
 //! request that goes away (its connection closed, its source timeout) leaves the table,
 //! and a flight whose waiters all left is abandoned (its fetch task aborted). The table is
-//! the source's own, shared by its clones. (The mio driver's relay does not use it yet:
-//! each of its relayed misses is its own fetch.)
+//! the source's own, shared by its clones. (The mio server keeps one such table for all
+//! its workers.)
 //!
 //! # The origin
 //!

@@ -209,6 +209,16 @@ fn relayed_get(from: std::net::IpAddr, addr: &str, chunk: &str, index: u64, orig
 /// first fetch in flight, are all answered 200 and the origin serves the block once.
 #[test]
 fn concurrent_relayed_misses_for_one_block_share_one_upstream_fetch() {
+    relayed_misses_share_one_fetch(&[]);
+}
+
+/// The same rule with the relay on the mio driver.
+#[test]
+fn on_the_mio_driver_concurrent_relayed_misses_for_one_block_share_one_upstream_fetch() {
+    relayed_misses_share_one_fetch(&["--driver", "mio", "--threads", "2"]);
+}
+
+fn relayed_misses_share_one_fetch(driver: &[&str]) {
     let dir = TempDir::new("flight");
     let origin_store = TempDir::new("flight-origin");
     let relay_store = TempDir::new("flight-relay");
@@ -235,11 +245,9 @@ fn concurrent_relayed_misses_for_one_block_share_one_upstream_fetch() {
     let origin_metrics = origin.metrics_addr();
     let relay_config = dir.join("relay.toml");
     std::fs::write(&relay_config, "[listener]\nsource_timeout = \"30s\"\n").unwrap();
-    let relay = Node::start(
-        &relay_store.0,
-        &[],
-        &["--config", relay_config.to_str().unwrap()],
-    );
+    let mut flags = vec!["--config", relay_config.to_str().unwrap()];
+    flags.extend_from_slice(driver);
+    let relay = Node::start(&relay_store.0, &[], &flags);
     let statuses: Vec<u16> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..64u8)
             .map(|i| {
