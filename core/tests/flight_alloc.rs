@@ -19,7 +19,7 @@ fn request(n: u8) -> SourceRequest {
             index: u64::from(n),
         },
         // A shared (static) origin: cloning it is a reference, never an allocation.
-        origin: Some(Bytes::from_static(b"http://127.0.0.1:7070")),
+        origin: Some(Bytes::from_static(b"http://127.0.0.1:0")),
         hop: Hop(1),
     }
 }

@@ -25,7 +25,7 @@ fn path(n: u8) -> BlockPath {
 fn req(n: u8) -> SourceRequest {
     SourceRequest {
         path: path(n),
-        origin: Some(Bytes::from_static(b"http://127.0.0.1:7070")),
+        origin: Some(Bytes::from_static(b"http://127.0.0.1:0")),
         hop: Hop(1),
     }
 }
@@ -352,7 +352,7 @@ fn a_different_hop_or_origin_leads_its_own_flight() {
     let b = lead_id(f.handle_want(t(0), &looped, 1, t(1_000)).unwrap());
     // Another credential (origin URL) gets its own upstream answer.
     let mut other = req(1);
-    other.origin = Some(Bytes::from_static(b"http://127.0.0.1:7070/?sig=2"));
+    other.origin = Some(Bytes::from_static(b"http://127.0.0.1:0/?sig=2"));
     let c = lead_id(f.handle_want(t(0), &other, 2, t(1_000)).unwrap());
     let mut none = req(1);
     none.origin = None;
