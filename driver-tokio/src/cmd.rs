@@ -1075,18 +1075,26 @@ async fn read_blocks(
             summary.join(", ")
         )));
     }
-    let verified = {
-        let part = &part;
-        let manifest = &manifest;
-        tokio::task::block_in_place(|| part.verify(manifest))
-    };
+    // Reading the file back and the fsync and rename are blocking file work: off the
+    // runtime's threads (a current-thread runtime too). Dropped mid-way (SIGINT), the
+    // task's `PartFile` is dropped with its result, removing the temporary file.
+    let check = manifest.clone();
+    let (part, verified) = tokio::task::spawn_blocking(move || {
+        let verified = part.verify(&check);
+        (part, verified)
+    })
+    .await
+    .map_err(|e| NodeError::Failed(format!("verifying the written file failed: {e}")))?;
     if let Err(e) = verified {
         return Err(NodeError::Failed(format!(
             "{}: the written file failed verification ({e}); the output was not touched",
             part.path.display()
         )));
     }
-    tokio::task::block_in_place(|| part.persist(&plan.output))?;
+    let output = plan.output.clone();
+    tokio::task::spawn_blocking(move || part.persist(&output))
+        .await
+        .map_err(|e| NodeError::Failed(format!("moving the file into place failed: {e}")))??;
     eprintln!(
         "fetched {} bytes in {blocks} blocks to {} (every block verified on disk)",
         manifest.size,
