@@ -226,22 +226,30 @@ fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
+impl ChunkCheck {
+    /// The check of chunk `key` in `dir` before anything was looked at (`old_quarantine`
+    /// quarantined files found there from earlier runs).
+    fn new(key: ChunkKey, dir: PathBuf, old_quarantine: u64) -> ChunkCheck {
+        ChunkCheck {
+            key,
+            dir,
+            manifest: ManifestState::Missing,
+            manifest_damage: None,
+            unverifiable: 0,
+            damaged: Vec::new(),
+            extra: Vec::new(),
+            quarantined: Vec::new(),
+            refetched: Vec::new(),
+            old_quarantine,
+            sound: 0,
+        }
+    }
+}
+
 /// Checks one chunk (blocking); with `repair`, quarantines what is rotten.
 fn check_chunk(key: ChunkKey, dir: PathBuf, repair: bool, progress: &mut Progress) -> ChunkCheck {
     let (indexes, old_quarantine) = present(&dir);
-    let mut c = ChunkCheck {
-        key,
-        dir,
-        manifest: ManifestState::Missing,
-        manifest_damage: None,
-        unverifiable: 0,
-        damaged: Vec::new(),
-        extra: Vec::new(),
-        quarantined: Vec::new(),
-        refetched: Vec::new(),
-        old_quarantine,
-        sound: 0,
-    };
+    let mut c = ChunkCheck::new(key, dir, old_quarantine);
     let manifest_file = c.dir.join("0");
     progress.inc(file_len(&manifest_file));
     c.manifest = match std::fs::read(&manifest_file) {
@@ -505,22 +513,7 @@ async fn refetch(plan: &CheckPlan, checks: &mut [ChunkCheck]) -> Result<(), Node
             // Now the blocks can be verified.
             let dir = c.dir.clone();
             let (indexes, _) = present(&dir);
-            let mut taken = std::mem::replace(
-                c,
-                ChunkCheck {
-                    key: c.key,
-                    dir: dir.clone(),
-                    manifest: ManifestState::Missing,
-                    manifest_damage: None,
-                    unverifiable: 0,
-                    damaged: Vec::new(),
-                    extra: Vec::new(),
-                    quarantined: Vec::new(),
-                    refetched: Vec::new(),
-                    old_quarantine: 0,
-                    sound: 0,
-                },
-            );
+            let mut taken = std::mem::replace(c, ChunkCheck::new(c.key, dir.clone(), 0));
             let repair = plan.repair;
             taken = tokio::task::spawn_blocking(move || {
                 let mut progress = Progress::new("check", 0);
