@@ -505,6 +505,26 @@ pub struct NodeConfig {
     pub read: ReadTable,
     /// `[roster]`.
     pub roster: RosterTable,
+    /// `[store]`.
+    pub store: StoreTable,
+}
+
+/// `[store]`: what the node keeps besides its imported content.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreTable {
+    /// Bytes of relayed blocks kept on disk in the relay cache (`<store>/.relay-cache`,
+    /// least recently used first out; default 1 GiB; 0 keeps none). Imported content is
+    /// never evicted and does not count.
+    pub cache_bytes: u64,
+}
+
+impl Default for StoreTable {
+    fn default() -> Self {
+        StoreTable {
+            cache_bytes: crate::relay_cache::DEFAULT_RELAY_CACHE_BYTES,
+        }
+    }
 }
 
 /// The connection pool's bounds, from `[client]` (plain fields for the client module).

@@ -28,6 +28,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod read;
 pub mod relay;
+pub mod relay_cache;
 pub mod roster;
 pub mod store;
 

@@ -17,6 +17,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::relay_cache::CacheCounters;
+
 /// A label set with one `reason` label (why a connection was refused).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct ReasonLabel {
@@ -85,6 +87,30 @@ pub struct Metrics {
     /// verification when read and were quarantined (renamed `.<index>.corrupt`; see
     /// `peerblock_common::store`). Any increase means bit rot or tampering on this disk.
     pub store_corrupt: Counter,
+    /// The relay cache's counters (`peerblock_relay_cache_hits_total`, `_inserts_total`,
+    /// `_evictions_total`, `_corrupt_total` and the gauge `peerblock_relay_cache_bytes`):
+    /// hand them to [`RelayCache::open`](crate::relay_cache::RelayCache::open).
+    pub relay_cache: CacheCounters,
+    /// The relay's work ([`RelayCounters`]).
+    pub relay: RelayCounters,
+}
+
+/// What a node's relay counts (`peerblock_relay_*`). Clones share the counters.
+#[derive(Clone, Debug, Default)]
+pub struct RelayCounters {
+    /// `peerblock_relay_misses_total`: relayed requests, each a miss of this node's store
+    /// and relay cache that joined the single-flight table.
+    pub misses: Counter,
+    /// `peerblock_relay_flight_joins_total`: relayed requests that joined a fetch already
+    /// in flight for the same block instead of starting one.
+    pub flight_joins: Counter,
+    /// `peerblock_relay_parent_fetches_total`: upstream fetches asked of the block's
+    /// parent (another node).
+    pub parent_fetches: Counter,
+    /// `peerblock_relay_origin_fetches_total`: upstream fetches asked of the origin.
+    pub origin_fetches: Counter,
+    /// `peerblock_relay_origin_bytes_total`: block bytes the origin answered.
+    pub origin_bytes: Counter,
 }
 
 impl Default for Metrics {
@@ -117,6 +143,8 @@ impl Metrics {
             store_read_bytes: Counter::default(),
             sendfile_bytes: Counter::default(),
             store_corrupt: Counter::default(),
+            relay_cache: CacheCounters::default(),
+            relay: RelayCounters::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -210,6 +238,58 @@ impl Metrics {
             format!("{p}_store_corrupt"),
             "Block files that failed verification when read and were quarantined",
             m.store_corrupt.clone(),
+        );
+        let c = &m.relay_cache;
+        r.register(
+            format!("{p}_relay_cache_hits"),
+            "Requests answered from the relay cache",
+            c.hits.clone(),
+        );
+        r.register(
+            format!("{p}_relay_cache_inserts"),
+            "Relayed blocks written into the relay cache",
+            c.inserts.clone(),
+        );
+        r.register(
+            format!("{p}_relay_cache_evictions"),
+            "Relayed blocks evicted from the relay cache to keep its bound",
+            c.evictions.clone(),
+        );
+        r.register(
+            format!("{p}_relay_cache_corrupt"),
+            "Relay-cached files that failed their hash and were deleted",
+            c.corrupt.clone(),
+        );
+        r.register(
+            format!("{p}_relay_cache_bytes"),
+            "Bytes of blocks in the relay cache now",
+            c.bytes.clone(),
+        );
+        let rc = &m.relay;
+        r.register(
+            format!("{p}_relay_misses"),
+            "Relayed requests (misses of the store and the relay cache)",
+            rc.misses.clone(),
+        );
+        r.register(
+            format!("{p}_relay_flight_joins"),
+            "Relayed requests that joined a fetch already in flight",
+            rc.flight_joins.clone(),
+        );
+        r.register(
+            format!("{p}_relay_parent_fetches"),
+            "Relay fetches asked of the block's parent",
+            rc.parent_fetches.clone(),
+        );
+        r.register(
+            format!("{p}_relay_origin_fetches"),
+            "Relay fetches asked of the origin",
+            rc.origin_fetches.clone(),
+        );
+        r.register(
+            format!("{p}_relay_origin_bytes"),
+            "Block bytes the origin answered to this node's relay",
+            rc.origin_bytes.clone(),
         );
         m.registry = Arc::new(registry);
         m

@@ -46,6 +46,14 @@
 //! end. The hot-block cache holds only verified bytes and bytes of such unverifiable
 //! chunks.
 //!
+//! # Relayed blocks
+//!
+//! Blocks a relay fetched for a requester are not imported content: with a relay cache
+//! ([`FileStore::with_relay_cache`], [`crate::relay_cache`]) they are kept in
+//! `<store>/.relay-cache/` under a byte bound, least recently used first out, and
+//! [`FileStore::read_block`] / [`FileStore::open_block`] answer from there when the store
+//! itself has no such block. Imported blocks are never evicted.
+//!
 //! # Stale temporary files
 //!
 //! A process killed mid-write leaves `.import-<pid>-<n>` directories (in the store) and
@@ -73,6 +81,7 @@ use peerblock_core::wire::{BlockPath, ChunkKey};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::manifest::{verify_manifest, Manifest, MAX_MANIFEST_BYTES};
+use crate::relay_cache::{CacheRead, RelayCache};
 
 /// Default [`FileStore`] bound on a block file's size: 64 MiB, the largest block core's
 /// default relay index bound is computed for (`MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX`), and the
@@ -149,6 +158,7 @@ pub struct FileStore {
     verify: Arc<Mutex<VerifyState>>,
     corrupt: Counter,
     hashed: Arc<AtomicU64>,
+    relay: Option<Arc<RelayCache>>,
 }
 
 /// A file's identity: a file changed on disk (rewritten in place, or replaced by a rename)
@@ -219,12 +229,15 @@ impl StoreRead {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RelayVerdict {
     /// Validated (block 0 against the key, block `i` against a manifest this store
-    /// holds): serve it and write it to the store.
+    /// holds, imported or relay-cached): serve it and keep it in the relay cache
+    /// ([`FileStore::keep_relayed`]).
     Store,
-    /// Block `i` of a chunk whose manifest this store does not hold: serve it (the reader
-    /// validates it), never write it.
+    /// Block `i` of a chunk whose manifest this store does not hold: it could not be
+    /// checked. Serve it (the reader validates it end to end) but cache it nowhere, so a
+    /// wrong block fetched once is never served again; a relay that can fetches the
+    /// chunk's manifest and checks again.
     ServeOnly,
-    /// It fails validation: do not serve it, do not write it (`Failed`).
+    /// It fails validation: do not serve it, do not cache it (`Failed`).
     Reject,
 }
 
@@ -301,7 +314,7 @@ impl VerifyState {
 
 /// Reads `len` bytes of `file` from offset 0 with positioned reads (the file's offset is
 /// not moved) into a BLAKE3 hash; `None` if the file is shorter than `len` now.
-fn hash_file(file: &File, len: u64) -> io::Result<Option<blake3::Hash>> {
+pub(crate) fn hash_file(file: &File, len: u64) -> io::Result<Option<blake3::Hash>> {
     /// Bytes hashed per positioned read: large enough for BLAKE3's SIMD paths and few
     /// system calls, small enough to stay in cache.
     const STEP: usize = 256 * 1024;
@@ -402,7 +415,37 @@ impl FileStore {
             verify: Arc::default(),
             corrupt: Counter::default(),
             hashed: Arc::default(),
+            relay: None,
         }
+    }
+
+    /// This store with a relay cache ([`crate::relay_cache`]): blocks kept with
+    /// [`keep_relayed`](Self::keep_relayed) are served from it when the store itself has
+    /// no such block, and a chunk's manifest found there verifies its other blocks.
+    pub fn with_relay_cache(mut self, cache: RelayCache) -> Self {
+        self.relay = Some(Arc::new(cache));
+        self
+    }
+
+    /// The relay cache, if this store has one.
+    pub fn relay_cache(&self) -> Option<&RelayCache> {
+        self.relay.as_deref()
+    }
+
+    /// Keeps block `path`, fetched by a relay and validated
+    /// ([`check_relayed`](Self::check_relayed)), in the relay cache (blocking file I/O).
+    /// `Ok(false)` when it was not kept: no relay cache (`[store] cache_bytes = 0`), or a
+    /// block larger than the cache's bound. Imported content is never touched.
+    pub fn keep_relayed(&self, path: &BlockPath, bytes: &[u8]) -> Result<bool, StoreError> {
+        let Some(cache) = &self.relay else {
+            return Ok(false);
+        };
+        cache
+            .insert(path, bytes)
+            .map_err(|source| StoreError::Write {
+                path: self.root.join(crate::relay_cache::RELAY_CACHE_DIR),
+                source,
+            })
     }
 
     /// This store counting the blocks it quarantines in `counter` (the node's
@@ -517,7 +560,7 @@ impl FileStore {
         let file = self.file_of(&path);
         let f = match File::open(&file) {
             Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return self.relayed_manifest(key),
             Err(e) => {
                 tracing::warn!(file = %file.display(), error = %e, "opening a manifest failed: its blocks are served unverified");
                 return None;
@@ -548,6 +591,22 @@ impl FileStore {
         state.record(path, id);
         state.keep_manifest(*key, id, Arc::clone(&manifest));
         Some(manifest)
+    }
+
+    /// The manifest of chunk `key` from the relay cache (checked against the key), if it
+    /// holds one. Not remembered: the cache's own hash check makes a re-read cheap to trust.
+    fn relayed_manifest(&self, key: &ChunkKey) -> Option<Arc<Manifest>> {
+        let path = BlockPath {
+            key: *key,
+            index: 0,
+        };
+        let CacheRead::Found(bytes) = self.relay.as_deref()?.get(&path) else {
+            return None;
+        };
+        if !verify_manifest(key, &bytes) {
+            return None;
+        }
+        Manifest::parse(&bytes).ok().map(Arc::new)
     }
 
     /// Moves rotten block file `path` (still the file with identity `id`) aside, counts
@@ -583,11 +642,12 @@ impl FileStore {
         }
     }
 
-    /// Whether a block fetched by a relay may be served and written (module docs of the
+    /// Whether a block fetched by a relay may be served and cached (module docs of the
     /// drivers' relays): block 0 only if it is the chunk's manifest (BLAKE3 == key);
-    /// block `i` is written only if this store holds the chunk's verified manifest and
-    /// the block verifies against it, served without being written when the store has no
-    /// manifest for the chunk, and rejected when it fails the manifest it has.
+    /// block `i` is cached only if this store holds the chunk's verified manifest (among
+    /// its imported chunks or in its relay cache) and the block verifies against it,
+    /// served without being cached when there is no manifest for the chunk, and rejected
+    /// when it fails the manifest there is.
     pub fn check_relayed(&self, path: &BlockPath, bytes: &[u8]) -> RelayVerdict {
         if path.index == 0 {
             return if verify_manifest(&path.key, bytes) {
@@ -763,7 +823,16 @@ impl FileStore {
                 tracing::warn!(file = %file.display(), len, max, "block file above the max block size: not served");
                 StoreRead::Failed
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => StoreRead::Missing,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match self.relay.as_deref() {
+                Some(cache) => match cache.get(path) {
+                    CacheRead::Found(block) => StoreRead::Found {
+                        block,
+                        verification: Verification::Verified,
+                    },
+                    CacheRead::Missing => StoreRead::Missing,
+                },
+                None => StoreRead::Missing,
+            },
             Err(e) => {
                 tracing::warn!(file = %file.display(), error = %e, "reading block file failed");
                 StoreRead::Failed
@@ -847,7 +916,12 @@ impl FileStore {
                 tracing::warn!(file = %file.display(), len, max = self.max_block_size, "block file above the max block size: not served");
                 Opened::Failed
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Opened::Missing,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match self.relay.as_deref().and_then(|c| c.open_block(path)) {
+                    Some((file, len)) => Opened::File(OpenBlock { file, len }),
+                    None => Opened::Missing,
+                }
+            }
             Err(e) => {
                 tracing::warn!(file = %file.display(), error = %e, "opening block file failed");
                 Opened::Failed
@@ -1219,6 +1293,59 @@ mod tests {
         );
         assert_eq!(
             store.check_relayed(&at(unknown, 0), b"anything"),
+            RelayVerdict::Reject
+        );
+    }
+
+    /// A store of its own (relay cache of `bound` bytes, nothing imported) and a chunk
+    /// imported elsewhere: the manifest's bytes, the chunk key and the file's bytes.
+    fn relay_only(dir: &Scratch, bound: u64) -> (FileStore, ChunkKey, Vec<u8>, Vec<u8>) {
+        let (origin, key, data) = imported(dir);
+        let manifest = std::fs::read(origin.file_of(&at(key, 0))).unwrap();
+        let root = dir.0.join("relay");
+        let cache = RelayCache::open(&root, bound, Default::default()).unwrap();
+        let store = FileStore::with_cache(&root, 1 << 20, 0).with_relay_cache(cache);
+        (store, key, manifest, data)
+    }
+
+    #[test]
+    fn a_relayed_block_kept_is_served_from_the_relay_cache_and_never_imported() {
+        let dir = Scratch::new("keep");
+        let (store, key, manifest, data) = relay_only(&dir, 1 << 20);
+        assert_eq!(store.read_block(&at(key, 1)), StoreRead::Missing);
+        assert!(store.keep_relayed(&at(key, 1), &data[..1000]).unwrap());
+        let (block, verification) = found(store.read_block(&at(key, 1)));
+        assert_eq!(
+            (&block[..], verification),
+            (&data[..1000], Verification::Verified)
+        );
+        let Opened::File(open) = store.open_block(&at(key, 1)) else {
+            panic!("the zero-copy path misses the relay cache");
+        };
+        assert_eq!(open.len, 1000);
+        assert!(!store.file_of(&at(key, 1)).exists(), "not imported content");
+        // Without a relay cache nothing is kept.
+        let plain = FileStore::with_cache(dir.0.join("plain"), 1 << 20, 0);
+        assert!(!plain.keep_relayed(&at(key, 0), &manifest).unwrap());
+        assert_eq!(plain.read_block(&at(key, 0)), StoreRead::Missing);
+    }
+
+    #[test]
+    fn a_manifest_in_the_relay_cache_checks_the_chunks_relayed_blocks() {
+        let dir = Scratch::new("relay-manifest");
+        let (store, key, manifest, data) = relay_only(&dir, 1 << 20);
+        assert_eq!(
+            store.check_relayed(&at(key, 1), &data[..1000]),
+            RelayVerdict::ServeOnly,
+            "no manifest yet"
+        );
+        store.keep_relayed(&at(key, 0), &manifest).unwrap();
+        assert_eq!(
+            store.check_relayed(&at(key, 1), &data[..1000]),
+            RelayVerdict::Store
+        );
+        assert_eq!(
+            store.check_relayed(&at(key, 2), &data[..1000]),
             RelayVerdict::Reject
         );
     }

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Token};
-use peerblock_common::metrics::Metrics;
+use peerblock_common::metrics::{Metrics, RelayCounters};
 use peerblock_common::relay::{parent_answer_is_final, relayed_result, upstream_of, Parent};
 use peerblock_common::store::{FileStore, OpenBlock, Opened, RelayVerdict};
 use peerblock_common::SharedMembership;
@@ -99,6 +99,9 @@ pub struct RelayOptions {
     /// see `peerblock_common::relay::Parent`). A parent whose answer is not final (down,
     /// refusing, failing, without the block) sends the relay to the origin itself.
     pub parent: Parent,
+    /// Where the relay counts its work (the node's `Metrics::relay`; default: counters of
+    /// its own).
+    pub counters: RelayCounters,
 }
 
 /// Everything a [`Server`] needs. [`ServerOptions::new`] fills the defaults.
@@ -266,6 +269,50 @@ fn leave_flight(shared: &Arc<Shared>, now: Instant, waiter: u64) {
     act_on_flights(shared, None, events);
 }
 
+/// Joins (or leads) the flight of `request`'s block on worker `w`, waiting at most the
+/// source timeout; `answer` runs with its result, `Failed` at once if the table is full
+/// (then `None`). The waiter's id, for [`leave_flight`] if its request goes away. A want
+/// of the relay itself (a manifest to check a block) has no request to go away: its
+/// flight ends by its upstream fetch's own deadlines.
+fn want_flight(
+    shared: &Arc<Shared>,
+    w: &mut Worker,
+    request: &SourceRequest,
+    answer: Box<dyn FnOnce(SourceResult) + Send>,
+) -> Option<u64> {
+    let now = w.now();
+    let deadline = now + shared.config.source_timeout;
+    let wanted = {
+        let mut flights = shared.flights();
+        let waiter = flights.next;
+        flights.next += 1;
+        match flights.table.handle_want(now, request, waiter, deadline) {
+            Ok(want) => {
+                if let Some(relay) = &shared.relay {
+                    relay.counters.misses.inc();
+                    if matches!(want, peerblock_core::server::Want::Joined(_)) {
+                        relay.counters.flight_joins.inc();
+                    }
+                }
+                flights.answers.insert(waiter, answer);
+                Ok((waiter, flights.events()))
+            }
+            Err(full) => Err((full, answer)),
+        }
+    };
+    match wanted {
+        Ok((waiter, events)) => {
+            act_on_flights(shared, Some(w), events);
+            Some(waiter)
+        }
+        Err((full, answer)) => {
+            tracing::warn!(path = %request.path, error = %full, "relay refused: single-flight table full");
+            answer(SourceResult::Failed);
+            None
+        }
+    }
+}
+
 /// Starts flight `id`'s one upstream fetch on worker `w`: through the block's parent, else
 /// from the origin, validated (see [`RelayedFetch`]); its result goes to the table.
 fn start_flight(shared: &Arc<Shared>, w: &mut Worker, id: FlightId, request: &SourceRequest) {
@@ -287,9 +334,9 @@ fn start_flight(shared: &Arc<Shared>, w: &mut Worker, id: FlightId, request: &So
                 None => Peer::from_addr(addr),
             };
             // The origin after the parent, unless the parent's answer is final.
-            (peer, at_origin)
+            (peer, at_origin, false)
         }
-        (None, Some(upstream)) => (Peer::from_addr(upstream), None),
+        (None, Some(upstream)) => (Peer::from_addr(upstream), None, true),
         (None, None) => {
             tracing::warn!(?origin, "relay: the origin is not an http://HOST:PORT URL");
             flight_result(shared, w.now(), id, SourceResult::Miss);
@@ -298,6 +345,10 @@ fn start_flight(shared: &Arc<Shared>, w: &mut Worker, id: FlightId, request: &So
     };
     let (results, client) = (shared.clone(), relay.client.clone());
     let relayed = RelayedFetch {
+        counters: relay.counters.clone(),
+        to_origin: first.2,
+        shared: shared.clone(),
+        request: request.clone(),
         worker: w.me(),
         client: relay.client.clone(),
         store: shared.store.clone(),
@@ -960,30 +1011,9 @@ impl ServerConn {
         };
         // Concurrent misses for this block share one upstream fetch; this request waits
         // at most the source timeout (core answers it 500 then anyway).
-        let now = w.now();
-        let deadline = now + self.shared.config.source_timeout;
-        let wanted = {
-            let mut flights = self.shared.flights();
-            let waiter = flights.next;
-            flights.next += 1;
-            match flights.table.handle_want(now, request, waiter, deadline) {
-                Ok(_) => {
-                    flights.answers.insert(waiter, Box::new(answer));
-                    Ok((waiter, flights.events()))
-                }
-                Err(full) => Err(full),
-            }
-        };
-        match wanted {
-            Ok((waiter, events)) => {
-                self.pending.push((id, waiter));
-                let shared = self.shared.clone();
-                act_on_flights(&shared, Some(w), events);
-            }
-            Err(full) => {
-                tracing::warn!(path = %request.path, error = %full, "relay refused: single-flight table full");
-                self.answer(now, id, SourceResult::Failed);
-            }
+        let shared = self.shared.clone();
+        if let Some(waiter) = want_flight(&shared, w, request, Box::new(answer)) {
+            self.pending.push((id, waiter));
         }
     }
 
@@ -1141,6 +1171,14 @@ struct RelayedFetch {
     origin: Option<String>,
     then: Option<String>,
     answer: Box<dyn FnOnce(SourceResult) + Send>,
+    counters: RelayCounters,
+    /// Whether this fetch asks the origin (not the block's parent).
+    to_origin: bool,
+    /// The server's shared state: a block `i` that cannot be checked here sends the
+    /// chunk's manifest through its single-flight table.
+    shared: Arc<Shared>,
+    /// The flight's request (its origin and hop are the manifest's too).
+    request: SourceRequest,
 }
 
 impl RelayedFetch {
@@ -1154,6 +1192,11 @@ impl RelayedFetch {
         };
         let client = self.client.clone();
         let upstream = peer.addr.clone();
+        if self.to_origin {
+            self.counters.origin_fetches.inc();
+        } else {
+            self.counters.parent_fetches.inc();
+        }
         client.submit_from(
             w,
             &peer,
@@ -1163,11 +1206,18 @@ impl RelayedFetch {
                 let peer = Peer::from_addr(upstream);
                 let result = relayed_result(fetched.ending.as_ref());
                 let path = self.path;
+                if let (true, SourceResult::Found(bytes)) = (self.to_origin, &result) {
+                    self.counters.origin_bytes.inc_by(bytes.len() as u64);
+                }
                 tracing::debug!(%path, upstream = %peer.addr, outcome = fetched.describe(), "relayed");
                 if !parent_answer_is_final(&result) {
                     if let Some(origin) = self.then.clone() {
                         let worker = self.worker.clone();
-                        let next = RelayedFetch { then: None, ..self };
+                        let next = RelayedFetch {
+                            then: None,
+                            to_origin: true,
+                            ..self
+                        };
                         worker.run(move |w| {
                             // The parent could not serve it: the origin itself.
                             let _ = next.start(w, Peer::from_addr(origin));
@@ -1180,27 +1230,56 @@ impl RelayedFetch {
         )
     }
 
-    /// Validates a found block before it is answered (and stored when it may be).
+    /// Validates a found block before it is answered (and cached when it may be). A block
+    /// `i` of a chunk whose manifest is not here has the manifest (block 0, checked
+    /// against the key, one fetch per chunk through the single-flight table) fetched
+    /// first, then is checked again; if the manifest cannot be had, the block is served
+    /// unchecked (the reader validates it) and cached nowhere.
     fn finish(self, result: SourceResult) {
-        let answer = self.answer;
-        match result {
-            SourceResult::Found(bytes) => {
-                let block = bytes.clone();
-                crate::store_writer::check_then_put(
-                    &self.store,
-                    self.path,
-                    bytes,
-                    Box::new(move |verdict| {
-                        answer(match verdict {
-                            RelayVerdict::Reject => SourceResult::Failed,
-                            RelayVerdict::Store | RelayVerdict::ServeOnly => {
-                                SourceResult::Found(block)
-                            }
-                        })
-                    }),
-                );
-            }
-            other => answer(other),
-        }
+        let SourceResult::Found(bytes) = result else {
+            (self.answer)(result);
+            return;
+        };
+        let (store, path) = (self.store.clone(), self.path);
+        let block = bytes.clone();
+        let (shared, worker, answer) = (self.shared, self.worker, self.answer);
+        let manifest = SourceRequest {
+            path: peerblock_core::wire::BlockPath {
+                key: path.key,
+                index: 0,
+            },
+            ..self.request
+        };
+        crate::store_writer::check_then_put(
+            &store.clone(),
+            path,
+            bytes,
+            Box::new(move |verdict| match verdict {
+                RelayVerdict::Reject => answer(SourceResult::Failed),
+                RelayVerdict::Store => answer(SourceResult::Found(block)),
+                RelayVerdict::ServeOnly if path.index == 0 => answer(SourceResult::Found(block)),
+                RelayVerdict::ServeOnly => worker.run(move |w| {
+                    let then = move |fetched: SourceResult| {
+                        if !matches!(fetched, SourceResult::Found(_)) {
+                            answer(SourceResult::Found(block));
+                            return;
+                        }
+                        let found = block.clone();
+                        crate::store_writer::check_then_put(
+                            &store,
+                            path,
+                            block,
+                            Box::new(move |verdict| {
+                                answer(match verdict {
+                                    RelayVerdict::Reject => SourceResult::Failed,
+                                    _ => SourceResult::Found(found),
+                                })
+                            }),
+                        );
+                    };
+                    want_flight(&shared, w, &manifest, Box::new(then));
+                }),
+            }),
+        );
     }
 }

@@ -1,10 +1,11 @@
-//! Validates and writes relayed blocks off the workers: one background thread checks each
+//! Validates and caches relayed blocks off the workers: one background thread checks each
 //! block (`FileStore::check_relayed`: block 0 against the chunk key, block `i` against the
-//! manifest the store holds), makes a validated one durable (`FileStore::put_blocking`:
-//! temporary file, `fsync`, rename, `fsync` of the directory) and then runs the relay's
-//! continuation with the verdict (which answers the requester), so a requester that has
-//! the block knows the relay holds it too (as with the tokio driver), and no worker ever
-//! waits for a disk flush or a manifest read.
+//! manifest the store holds, in the store or in its relay cache), keeps a validated one in
+//! the relay cache (`FileStore::keep_relayed`) and the hot-block cache, and then runs the
+//! relay's continuation with the verdict (which answers the requester), so a requester
+//! that has the block knows the relay holds it too (as with the tokio driver), and no
+//! worker ever waits for a disk write or a manifest read. A block that could not be
+//! checked (no manifest for its chunk here) is served and cached nowhere.
 
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::OnceLock;
@@ -37,13 +38,12 @@ fn writer() -> &'static SyncSender<Job> {
                     match verdict {
                         RelayVerdict::Store => {
                             store.cache_insert(path, &bytes);
-                            if let Err(e) = store.put_blocking(&path, &bytes) {
-                                tracing::warn!(%path, error = %e, "relay: could not store the block");
+                            if let Err(e) = store.keep_relayed(&path, &bytes) {
+                                tracing::warn!(%path, error = %e, "relay: could not cache the block");
                             }
                         }
                         RelayVerdict::ServeOnly => {
-                            tracing::debug!(%path, "relay: no manifest for the chunk here: block served, not stored");
-                            store.cache_insert(path, &bytes);
+                            tracing::debug!(%path, "relay: no manifest for the chunk here: block served unchecked, not cached");
                         }
                         RelayVerdict::Reject => {
                             tracing::warn!(%path, "relay: the upstream's block fails validation: not served, not stored");

@@ -183,6 +183,30 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         plan.config.listener.block_cache_bytes,
     )
     .with_corrupt_counter(metrics.store_corrupt.clone());
+    let store = if plan.config.listener.relay && plan.config.store.cache_bytes > 0 {
+        let (root, bound, counters) = (
+            plan.store.clone(),
+            plan.config.store.cache_bytes,
+            metrics.relay_cache.clone(),
+        );
+        let cache = tokio::task::spawn_blocking(move || {
+            peerblock_common::relay_cache::RelayCache::open(&root, bound, counters)
+        })
+        .await
+        .map_err(|e| NodeError::Failed(format!("opening the relay cache: {e}")))?
+        .map_err(|source| NodeError::Io {
+            what: "relay cache",
+            path: plan
+                .store
+                .join(peerblock_common::relay_cache::RELAY_CACHE_DIR)
+                .display()
+                .to_string(),
+            source,
+        })?;
+        store.with_relay_cache(cache)
+    } else {
+        store
+    };
     // Temporary files of imports and writes killed mid-way (their process is gone).
     let root = plan.store.clone();
     match tokio::task::spawn_blocking(move || peerblock_common::store::remove_stale_temps(&root))
@@ -394,7 +418,8 @@ impl RunningNode {
                     peerblock_core::server::FlightConfig::default(),
                     config.listener.source_timeout,
                 )
-                .map_err(|e| NodeError::Failed(format!("relay single-flight: {e}")))?;
+                .map_err(|e| NodeError::Failed(format!("relay single-flight: {e}")))?
+                .with_counters(parts.metrics.relay.clone());
             Arc::new(relay)
         } else {
             Arc::new(parts.store)
@@ -459,6 +484,7 @@ impl RunningNode {
             options.relay = Some(peerblock_mio::RelayOptions {
                 client: mio_client(upstream)?,
                 parent,
+                counters: parts.metrics.relay.clone(),
             });
         }
         let server = peerblock_mio::Server::from_listener(listener, options)

@@ -1,15 +1,16 @@
 //! A relay-capable block source: serves what the local store holds and, when core decides
 //! that a missed request may be relayed (`ServerEvent::Relay`: the request carried
 //! `X-DART-Origin`, the hop is under the bound, the index in range), fetches the block on
-//! the requester's behalf from this node's parent, else from the origin, and caches it.
+//! the requester's behalf from this node's parent, else from the origin, and keeps it in
+//! the store's relay cache.
 //!
 //! Core has already decided *whether* to relay and with which hop; this source only says
 //! where to fetch from and maps the upstream's answer onto core's [`SourceResult`]:
 //!
 //! | upstream answer | `SourceResult` | the requester sees |
 //! |---|---|---|
-//! | 200 with a block that validates (below) | `Found` (and the block is written to the store) | 200 |
-//! | 200 with block `i` of a chunk this node holds no manifest for | `Found` (kept in the hot-block cache, never written) | 200 |
+//! | 200 with a block that validates (below) | `Found` (and the block is kept in the relay cache) | 200 |
+//! | 200 with block `i` of a chunk whose manifest this node cannot get | `Found` (served unchecked, cached nowhere) | 200 |
 //! | 200 with a block that fails validation | `Failed` | 500 |
 //! | 404 | `Miss` (a relayed miss is final) | 404 |
 //! | 404 + `X-Peerblock-Miss: corrupt` (the upstream quarantined its copy) | `Corrupt` | 404 + `X-Peerblock-Miss: corrupt` |
@@ -52,16 +53,24 @@
 //! that imported the file. The relayed request keeps the origin header and carries the hop
 //! core incremented, so a chain of relays ends at the hop bound.
 //!
-//! # Validation
+//! # Validation and the relay cache
 //!
-//! A relay never persists a block it could not validate
+//! A relay never caches a block it could not validate
 //! ([`FileStore::check_relayed`](peerblock_common::store::FileStore::check_relayed)):
-//! block 0 (the manifest) only if its BLAKE3 hash is the chunk key, block `i` only if the
-//! relay's store holds the chunk's verified manifest and the block verifies against it. A
-//! block 0 that fails its key, or a block `i` that fails the manifest the relay holds, is
-//! answered `Failed` (never served). Block `i` of a chunk whose manifest the relay does
-//! not hold is served (the reader validates it end to end) and kept in the hot-block cache
-//! but never written to disk.
+//! block 0 (the manifest) only if its BLAKE3 hash is the chunk key, block `i` only if it
+//! verifies against the chunk's manifest. When the relay has no manifest for the chunk
+//! (neither imported nor relay-cached), it first fetches block 0 itself, through the same
+//! single-flight table (so one fetch per chunk, however many of its blocks are relayed
+//! at once), and checks again. A block 0 that fails its key, or a block `i` that fails
+//! the manifest, is answered `Failed` (never served). A block whose manifest cannot be had
+//! is served unchecked (the reader validates it end to end) and cached nowhere, so a wrong
+//! block is never served twice.
+//!
+//! Validated blocks go to the store's relay cache
+//! ([`peerblock_common::relay_cache`]: `<store>/.relay-cache`, bounded by
+//! `[store] cache_bytes`, least recently used first out) and the hot-block cache, never
+//! among the node's imported content, which is never evicted. The store then serves them
+//! as held: a later request for the block is answered without a relay.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -73,11 +82,13 @@ use peerblock_core::server::{
 };
 use peerblock_core::server::{SourceRequest, SourceResult};
 use peerblock_core::time::Instant;
+use peerblock_core::wire::BlockPath;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::client::{Client, Peer};
 use crate::source::{BlockFuture, BlockSource, FileStore};
+use peerblock_common::metrics::RelayCounters;
 pub use peerblock_common::relay::{
     origin_authority, parent_answer_is_final, relayed_result, upstream_of, Parent,
 };
@@ -91,6 +102,7 @@ pub struct RelaySource {
     client: Client,
     parent: Parent,
     flights: Arc<Flights>,
+    counters: RelayCounters,
 }
 
 impl RelaySource {
@@ -103,7 +115,20 @@ impl RelaySource {
             client,
             parent: parent.map_or(Parent::None, Parent::Fixed),
             flights,
+            counters: RelayCounters::default(),
         }
+    }
+
+    /// The same source counting its work in `counters` (the node's
+    /// [`Metrics::relay`](peerblock_common::metrics::Metrics::relay)).
+    pub fn with_counters(mut self, counters: RelayCounters) -> Self {
+        self.counters = counters;
+        self
+    }
+
+    /// The source's counters.
+    pub fn counters(&self) -> &RelayCounters {
+        &self.counters
     }
 
     /// The same source with single-flight bounds `config` and waiters that give up after
@@ -164,6 +189,8 @@ fn upstream(source: &RelaySource, request: &SourceRequest) -> BlockFuture {
             .parent
             .of(&path, &|id| PeerView::eligible(&*peers, now, id))
     });
+    let (source, request) = (source.clone(), request.clone());
+    let flights = source.flights.clone();
     {
         Box::pin(async move {
             let block = BlockRequest {
@@ -177,6 +204,7 @@ fn upstream(source: &RelaySource, request: &SourceRequest) -> BlockFuture {
                     Some(id) => Peer::new(id, addr),
                     None => Peer::from_addr(addr),
                 };
+                source.counters.parent_fetches.inc();
                 let fetched = client.get(&peer, block).await;
                 let result = relayed_result(fetched.ending.as_ref());
                 tracing::debug!(%path, parent = %peer.addr, outcome = fetched.describe(), "relayed through the block's parent");
@@ -191,35 +219,75 @@ fn upstream(source: &RelaySource, request: &SourceRequest) -> BlockFuture {
                         tracing::warn!(?origin, "relay: the origin is not an http://HOST:PORT URL");
                         return SourceResult::Miss;
                     };
+                    source.counters.origin_fetches.inc();
                     let fetched = client.get(&Peer::from_addr(upstream.clone()), block).await;
                     tracing::debug!(%path, %upstream, outcome = fetched.describe(), "relayed from the origin");
-                    (relayed_result(fetched.ending.as_ref()), upstream)
+                    let result = relayed_result(fetched.ending.as_ref());
+                    if let SourceResult::Found(bytes) = &result {
+                        source.counters.origin_bytes.inc_by(bytes.len() as u64);
+                    }
+                    (result, upstream)
                 }
             };
             let SourceResult::Found(bytes) = &result else {
                 return result;
             };
-            let (checker, block) = (store.clone(), bytes.clone());
-            let verdict =
-                tokio::task::spawn_blocking(move || checker.check_relayed(&path, &block)).await;
+            let mut verdict = check(&store, path, bytes.clone()).await;
+            if verdict == Some(RelayVerdict::ServeOnly) && path.index > 0 {
+                // No manifest here to check block `i` against: fetch the chunk's manifest
+                // (block 0, validated against the key; one fetch per chunk, shared by
+                // every block of it through the flight table), then check again.
+                let manifest = SourceRequest {
+                    path: BlockPath {
+                        key: path.key,
+                        index: 0,
+                    },
+                    ..request
+                };
+                let fetched = flights.relay(source, manifest).await;
+                if matches!(fetched, SourceResult::Found(_)) {
+                    verdict = check(&store, path, bytes.clone()).await;
+                }
+            }
             match verdict {
-                Ok(RelayVerdict::Store) => cache(&store, path, bytes.clone()).await,
-                Ok(RelayVerdict::ServeOnly) => {
-                    tracing::debug!(%path, "relay: no manifest for the chunk here: block served, not stored");
-                    store.cache_insert(path, bytes);
+                Some(RelayVerdict::Store) => keep(&store, path, bytes.clone()).await,
+                Some(RelayVerdict::ServeOnly) => {
+                    tracing::debug!(%path, "relay: no manifest for the chunk: block served unchecked, not cached");
                 }
-                Ok(RelayVerdict::Reject) => {
-                    tracing::warn!(%path, %upstream, "relay: the upstream's block fails validation: not served, not stored");
+                Some(RelayVerdict::Reject) => {
+                    tracing::warn!(%path, %upstream, "relay: the upstream's block fails validation: not served, not cached");
                     return SourceResult::Failed;
                 }
-                Err(e) => {
-                    tracing::warn!(%path, error = %e, "relay: validating the block failed");
-                    return SourceResult::Failed;
-                }
+                None => return SourceResult::Failed,
             }
             result
         })
     }
+}
+
+/// [`FileStore::check_relayed`] on `spawn_blocking`; `None` if the task failed.
+async fn check(store: &FileStore, path: BlockPath, bytes: Bytes) -> Option<RelayVerdict> {
+    let checker = store.clone();
+    match tokio::task::spawn_blocking(move || checker.check_relayed(&path, &bytes)).await {
+        Ok(verdict) => Some(verdict),
+        Err(e) => {
+            tracing::warn!(%path, error = %e, "relay: validating the block failed");
+            None
+        }
+    }
+}
+
+/// Keeps a validated relayed block in the relay cache (on `spawn_blocking`) and in the
+/// hot-block cache.
+async fn keep(store: &FileStore, path: BlockPath, bytes: Bytes) {
+    let keeper = store.clone();
+    let block = bytes.clone();
+    match tokio::task::spawn_blocking(move || keeper.keep_relayed(&path, &block)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(%path, error = %e, "relay: could not cache the block"),
+        Err(e) => tracing::warn!(%path, error = %e, "relay: caching the block failed"),
+    }
+    store.cache_insert(path, &bytes);
 }
 
 /// How long a waiter waits for its flight by default: core's default source timeout
@@ -302,6 +370,10 @@ impl Flights {
             match state.table.handle_want(now, &request, waiter, deadline) {
                 Ok(want) => {
                     tracing::trace!(path = %request.path, ?want, "relay flight");
+                    source.counters.misses.inc();
+                    if matches!(want, peerblock_core::server::Want::Joined(_)) {
+                        source.counters.flight_joins.inc();
+                    }
                     state.waiting.insert(waiter, tx);
                 }
                 Err(full) => {
@@ -366,11 +438,5 @@ impl Flights {
                 }
             }
         }
-    }
-}
-
-async fn cache(store: &FileStore, path: peerblock_core::wire::BlockPath, bytes: Bytes) {
-    if let Err(e) = crate::source::put(store, path, bytes).await {
-        tracing::warn!(%path, error = %e, "relay: could not cache the block");
     }
 }

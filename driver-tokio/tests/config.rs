@@ -175,6 +175,15 @@ fn listener_block_cache_bytes_sets_the_store_cache() {
 }
 
 #[test]
+fn store_cache_bytes_sets_the_relay_cache_bound_and_defaults_to_a_gibibyte() {
+    let config = parse("[store]\ncache_bytes = 0\n").unwrap();
+    assert_eq!(config.store.cache_bytes, 0);
+    assert_eq!(parse("").unwrap().store.cache_bytes, 1 << 30);
+    let e = refused("[store]\ncache_size = 1\n");
+    assert!(e.contains("cache_size"), "{e}");
+}
+
+#[test]
 fn listener_body_path_is_buffered_by_default_and_refuses_other_words() {
     use peerblock_tokio::config::BodyPathKey;
     assert_eq!(parse("").unwrap().listener.body_path, BodyPathKey::Buffered);

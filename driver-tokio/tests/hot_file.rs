@@ -76,11 +76,20 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
     // members before the reads start (a node's parent is computed over its own roster).
     let config = dir.join("node.toml");
     std::fs::write(&config, "[roster]\ninterval = \"1s\"\njitter = \"100ms\"\n").unwrap();
-    let mut flags = vec!["--config", config.to_str().unwrap()];
+    let mut flags = vec![
+        "--config",
+        config.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+    ];
     flags.extend_from_slice(driver);
     let a = Node::start(&stores[0].0, &[], &flags);
+    let a_metrics = a.metrics_addr();
     let b = Node::start(&stores[1].0, &[&a.addr], &flags);
+    let b_metrics = b.metrics_addr();
     let c = Node::start(&stores[2].0, &[&a.addr], &flags);
+    let c_metrics = c.metrics_addr();
+    let cluster_metrics = [a_metrics, b_metrics, c_metrics];
     for n in [&a, &b, &c] {
         n.wait_members(3);
     }
@@ -104,6 +113,28 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
         from_cluster >= size as u64,
         "the cluster served {from_cluster} bytes: {report}"
     );
+    // The relays count what they asked of the origin, and kept what they relayed in
+    // their relay caches (not as imported content).
+    let relayed: u64 = cluster_metrics
+        .iter()
+        .map(|m| counter(m, "peerblock_relay_origin_bytes_total"))
+        .sum();
+    assert!(
+        relayed > 0 && relayed <= egress,
+        "relays counted {relayed} origin bytes of {egress}"
+    );
+    let cached: u64 = cluster_metrics
+        .iter()
+        .map(|m| counter(m, "peerblock_relay_cache_bytes"))
+        .sum();
+    assert!(cached >= size as u64, "relay caches hold {cached} bytes");
+    for store in &stores {
+        assert!(
+            !store.0.join(&chunk).exists(),
+            "a relayed chunk became imported content in {}",
+            store.0.display()
+        );
+    }
     // A second reader, through another seed: the origin serves nothing more.
     let second = dir.join("second.bin");
     let fetched = fetch_from(&chunk, &c.addr, &second, &origin.addr);
@@ -120,6 +151,92 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
         String::from_utf8_lossy(&fetched.stdout),
         String::from_utf8_lossy(&fetched.stderr)
     );
+    let hits: u64 = cluster_metrics
+        .iter()
+        .map(|m| counter(m, "peerblock_relay_cache_hits_total"))
+        .sum();
+    assert!(hits > 0, "the second reader was served from no relay cache");
+}
+
+/// Rule: the relay cache keeps its bound: a node whose `[store] cache_bytes` is a quarter
+/// of a relayed file evicts relayed blocks (least recently used first) to stay within it,
+/// and never evicts or replaces its imported content.
+#[test]
+fn a_relay_cache_at_its_bound_evicts_relayed_blocks_and_never_imported_ones() {
+    let dir = TempDir::new("cache-bound");
+    let origin_store = TempDir::new("cache-bound-origin");
+    let store = TempDir::new("cache-bound-a");
+    let hot = dir.join("hot.bin");
+    let size = 32 * 64 * 1024;
+    let hot_data = random_file(&hot, size, 41);
+    let hot_chunk = import(&hot, &origin_store.0, 64 * 1024);
+    // The node's own file, imported: 16 blocks it must keep whatever it relays.
+    let own = dir.join("own.bin");
+    let own_data = random_file(&own, 16 * 64 * 1024, 42);
+    let own_chunk = import(&own, &store.0, 64 * 1024);
+    let origin = Node::start(&origin_store.0, &[], &[]);
+    let bound = size / 4;
+    let config = dir.join("node.toml");
+    std::fs::write(&config, format!("[store]\ncache_bytes = {bound}\n")).unwrap();
+    let a = Node::start(
+        &store.0,
+        &[],
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    let out = dir.join("hot-out.bin");
+    let fetched = fetch_from(&hot_chunk, &a.addr, &out, &origin.addr);
+    assert!(
+        fetched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), hot_data);
+    let metrics = a.metrics_addr();
+    let cached = counter(&metrics, "peerblock_relay_cache_bytes");
+    assert!(
+        cached > 0 && cached <= bound as u64,
+        "the relay cache holds {cached} bytes, bound {bound}"
+    );
+    assert!(counter(&metrics, "peerblock_relay_cache_evictions_total") > 0);
+    let on_disk: u64 = walk(&store.0.join(".relay-cache"));
+    assert!(on_disk <= bound as u64, "{on_disk} bytes in .relay-cache");
+    // Imported content is whole and still served.
+    let own_out = dir.join("own-out.bin");
+    let fetched = fetch(&own_chunk, &a.addr, &own_out, &[]);
+    assert!(
+        fetched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    assert_eq!(std::fs::read(&own_out).unwrap(), own_data);
+    assert!(
+        !store.0.join(&hot_chunk).exists(),
+        "relayed blocks were imported"
+    );
+}
+
+/// Bytes of the files under `dir`, recursively.
+fn walk(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    let t = e.file_type().unwrap();
+                    if t.is_dir() {
+                        walk(&e.path())
+                    } else {
+                        e.metadata().map_or(0, |m| m.len())
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// Rule: without `--origin` a file only the origin holds is `absent` from the cluster (no
@@ -259,6 +376,8 @@ fn relayed_misses_share_one_fetch(driver: &[&str]) {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    // The block once, and once the chunk's manifest, which the relay fetched to check the
+    // block before caching it.
     let served = counter(&origin_metrics, "peerblock_requests_total{status=\"200\"}");
-    assert_eq!(served, 1, "the origin served the block {served} times");
+    assert_eq!(served, 2, "the origin served {served} blocks");
 }

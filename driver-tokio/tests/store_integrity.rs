@@ -349,6 +349,8 @@ fn a_killed_import_leaves_a_temporary_directory_that_serve_removes_at_start() {
     drop(node);
 }
 
+/// Rule: a relay keeps a relayed manifest only if it validates, and then in its relay cache,
+/// never among its imported content.
 fn a_relay_does_not_persist_a_rotten_block_0(driver: &[&str]) {
     use peerblock_testkit::conformance::canned::{self, Reply};
     let dir = TempDir::new("relay-rot");
@@ -373,7 +375,8 @@ fn a_relay_does_not_persist_a_rotten_block_0(driver: &[&str]) {
         r.head
     );
     assert!(
-        !relay_store.0.join(&chunk).exists(),
+        !relay_store.0.join(&chunk).exists()
+            && !relay_store.0.join(".relay-cache").join(&chunk).exists(),
         "the relay persisted a block it could not validate"
     );
     // The sound manifest, from the origin's real holder, is served and persisted.
@@ -385,9 +388,18 @@ fn a_relay_does_not_persist_a_rotten_block_0(driver: &[&str]) {
         &origin_header,
     );
     assert_eq!(r.status, 200, "{}", r.head);
+    let cached: Vec<_> = std::fs::read_dir(relay_store.0.join(".relay-cache").join(&chunk))
+        .expect("the relay cache holds the chunk")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     assert!(
-        relay_store.0.join(&chunk).join("0").is_file(),
-        "a valid manifest is stored"
+        cached.iter().any(|n| n.starts_with("0.")),
+        "a valid manifest is kept in the relay cache: {cached:?}"
+    );
+    assert!(
+        !relay_store.0.join(&chunk).exists(),
+        "a relayed manifest became imported content"
     );
 }
 

@@ -81,6 +81,7 @@ impl Driver for Mio {
                     peerblock_common::relay::Parent::None,
                     peerblock_common::relay::Parent::Fixed,
                 ),
+                counters: Default::default(),
             });
         }
         let handle = Server::from_listener(listener, options)

@@ -113,7 +113,8 @@ macro_rules! conformance_suite {
             a_read_with_one_dead_and_one_live_holder_completes_from_the_live_one,
             a_silent_holder_that_loses_to_the_hedge_is_still_cut_at_its_deadline_and_charged,
             a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it,
-            a_relay_serves_but_never_stores_a_block_of_a_chunk_whose_manifest_it_lacks,
+            a_relay_that_cannot_get_a_chunks_manifest_serves_its_block_but_never_caches_it,
+            a_relay_fetches_the_manifest_it_lacks_checks_the_block_and_caches_both,
             a_relayed_block_that_fails_the_relays_manifest_is_500_and_never_stored,
             a_relayed_manifest_that_fails_its_chunk_key_is_500_and_never_stored,
             a_relayed_fetch_is_given_up_when_its_requester_goes_away,
@@ -190,8 +191,12 @@ impl TempDir {
     }
 
     /// A file store rooted here.
+    /// A store here, with a relay cache of 64 MiB (`<dir>/.relay-cache`).
     fn store(&self, max_block_size: u64) -> FileStore {
-        FileStore::new(&self.0, max_block_size)
+        let cache =
+            peerblock_common::relay_cache::RelayCache::open(&self.0, 64 << 20, Default::default())
+                .expect("open the relay cache");
+        FileStore::new(&self.0, max_block_size).with_relay_cache(cache)
     }
 }
 
@@ -1602,9 +1607,9 @@ fn relayed_get(d: &dyn Driver, relay: &dyn TestServer, path: BlockPath, url: &st
 }
 
 /// A relay fetches a block it does not hold from the origin named in the request (with
-/// the hop one higher), validates it against the chunk's manifest it holds, writes it to
-/// its store and serves it; the next request is served from the cache without asking the
-/// origin.
+/// the hop one higher), validates it against the chunk's manifest it holds, keeps it in
+/// its relay cache (never among its imported content) and serves it; the next request
+/// is served from the cache without asking the origin.
 pub fn a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it(d: &dyn Driver) {
     let block = relayed_block();
     let b = block.clone();
@@ -1638,8 +1643,15 @@ pub fn a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it(d
         "the hop one higher: {head}"
     );
     assert!(
-        store.file_of(&block_path).is_file(),
-        "the relay stored what it fetched and validated"
+        store
+            .relay_cache()
+            .expect("a relay cache")
+            .contains(&block_path),
+        "the relay cached what it fetched and validated"
+    );
+    assert!(
+        !store.file_of(&block_path).exists(),
+        "a relayed block became imported content"
     );
     let again = c.get(&peer, request, GetOptions::default());
     assert_eq!(again.bytes(), Some(&block), "{}", again.describe());
@@ -1647,9 +1659,13 @@ pub fn a_relay_fetches_a_missing_block_from_the_origin_caches_it_and_serves_it(d
     relay.shutdown(Duration::from_secs(1));
 }
 
-/// A relay that holds no manifest for a block's chunk cannot validate the block: it
-/// serves it (the reader validates end to end) but never writes it to its store.
-pub fn a_relay_serves_but_never_stores_a_block_of_a_chunk_whose_manifest_it_lacks(d: &dyn Driver) {
+/// A relay that holds no manifest for a block's chunk fetches it (block 0, from the same
+/// upstream) to check the block; when it cannot get one (here the origin's block 0 is not
+/// the chunk's manifest) it serves the block (the reader validates end to end) but keeps
+/// it nowhere.
+pub fn a_relay_that_cannot_get_a_chunks_manifest_serves_its_block_but_never_caches_it(
+    d: &dyn Driver,
+) {
     let block = relayed_block();
     let b = block.clone();
     let origin = canned::serve(move |_, _, _| Reply::Bytes(canned::ok(&b)));
@@ -1658,9 +1674,72 @@ pub fn a_relay_serves_but_never_stores_a_block_of_a_chunk_whose_manifest_it_lack
     let url = format!("http://{}", origin.addr);
     let fetched = relayed_get(d, &*relay, relay_path(), &url);
     assert_eq!(fetched.bytes(), Some(&block), "{}", fetched.describe());
+    let heads = origin.stats.heads();
+    let manifest = BlockPath {
+        index: 0,
+        ..relay_path()
+    };
+    assert!(
+        heads
+            .iter()
+            .any(|h| h.starts_with(&format!("GET {manifest} "))),
+        "the relay did not ask for the chunk's manifest: {heads:?}"
+    );
     assert!(
         !store.file_of(&relay_path()).exists(),
         "an unvalidated block was written to the relay's store"
+    );
+    assert!(
+        !store
+            .relay_cache()
+            .expect("a relay cache")
+            .contains(&relay_path()),
+        "an unvalidated block was cached"
+    );
+    relay.shutdown(Duration::from_secs(1));
+}
+
+/// A relay that holds no manifest for a block's chunk fetches the manifest (checked
+/// against the chunk key), checks the block against it and keeps both in its relay cache:
+/// the next request for the block costs the origin nothing.
+pub fn a_relay_fetches_the_manifest_it_lacks_checks_the_block_and_caches_both(d: &dyn Driver) {
+    let block = relayed_block();
+    let (manifest, block_path) = relayed_manifest();
+    let manifest_path = BlockPath {
+        index: 0,
+        ..block_path
+    };
+    let (b, m) = (block.clone(), manifest.clone());
+    let asks_for_manifest = format!("GET {manifest_path} ");
+    let origin = canned::serve(move |_, _, head| {
+        if head.starts_with(&asks_for_manifest) {
+            Reply::Bytes(canned::ok(&m))
+        } else {
+            Reply::Bytes(canned::ok(&b))
+        }
+    });
+    let (_dir, store) = store_with("relay-fetches-manifest", &[]);
+    let relay = relay_node(d, &store, 3);
+    let url = format!("http://{}", origin.addr);
+    let fetched = relayed_get(d, &*relay, block_path, &url);
+    assert_eq!(fetched.bytes(), Some(&block), "{}", fetched.describe());
+    let cache = store.relay_cache().expect("a relay cache");
+    assert!(
+        cache.contains(&manifest_path),
+        "the manifest was not cached"
+    );
+    assert!(
+        cache.contains(&block_path),
+        "the checked block was not cached"
+    );
+    let asked = origin.stats.heads().len();
+    assert_eq!(asked, 2, "the block and its manifest, once each");
+    let again = relayed_get(d, &*relay, block_path, &url);
+    assert_eq!(again.bytes(), Some(&block), "{}", again.describe());
+    assert_eq!(
+        origin.stats.heads().len(),
+        asked,
+        "served from the relay cache"
     );
     relay.shutdown(Duration::from_secs(1));
 }
@@ -1804,7 +1883,8 @@ pub fn a_request_at_the_hop_bound_is_not_relayed_and_the_origin_is_never_asked(d
         "{}",
         fetched.describe()
     );
-    assert_eq!(origin.stats.heads().len(), 1);
+    // The block, and (the relay holding no manifest for its chunk) block 0 to check it.
+    assert_eq!(origin.stats.heads().len(), 2);
     relay.shutdown(Duration::from_secs(1));
 }
 
