@@ -759,7 +759,7 @@ pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
 async fn fetch_file(plan: FetchPlan) -> Result<(), NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let metrics = Metrics::new();
-    let client = client(&plan.config, clock, metrics, None)?;
+    let client = client(&plan.config, clock, metrics, plan.bind)?;
     let membership = command_membership(&plan.config, FETCH_SELF_ID, "fetch.invalid:0")?;
     let mut read_config = plan.config.read_config();
     learn_cluster(

@@ -309,6 +309,10 @@ pub struct FetchArgs {
     /// origin on our behalf, and the read asks the origin itself as its last resort.
     #[arg(long, value_name = "URL")]
     pub origin: Option<String>,
+    /// The local address every connection is made from (an IP of this host): on a host
+    /// with several addresses, the one peers' per-source limits see.
+    #[arg(long, value_name = "IP")]
+    pub bind: Option<std::net::IpAddr>,
 }
 
 /// `get` arguments.
@@ -613,6 +617,8 @@ pub struct FetchPlan {
     pub parallel: usize,
     /// The origin (`--origin`), an `http://HOST:PORT` URL.
     pub origin: Option<String>,
+    /// The source address of every connection (`--bind`); `None`: the kernel's choice.
+    pub bind: Option<std::net::IpAddr>,
     /// The validated configuration.
     pub config: NodeConfig,
 }
@@ -660,6 +666,7 @@ pub fn plan_fetch(args: &FetchArgs) -> Result<FetchPlan, NodeError> {
         output: args.output.clone(),
         parallel,
         origin: args.origin.clone(),
+        bind: args.bind,
         config,
     })
 }

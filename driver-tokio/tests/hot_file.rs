@@ -381,3 +381,37 @@ fn relayed_misses_share_one_fetch(driver: &[&str]) {
     let served = counter(&origin_metrics, "peerblock_requests_total{status=\"200\"}");
     assert_eq!(served, 2, "the origin served {served} blocks");
 }
+
+/// Rule: `fetch --bind IP` makes every connection from that local address (what peers'
+/// per-source limits see: readers on one host with several addresses count as several
+/// sources).
+#[test]
+fn fetch_bind_dials_from_the_given_local_address() {
+    let dir = TempDir::new("bind");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a listener");
+    let seed = listener.local_addr().unwrap().to_string();
+    let accepted = std::thread::spawn(move || {
+        let (conn, from) = listener.accept().expect("the fetch connects");
+        drop(conn);
+        from.ip()
+    });
+    let out = dir.join("out.bin");
+    let fetched = run(
+        &[
+            "fetch",
+            &"ab".repeat(32),
+            "--seed",
+            &seed,
+            "-o",
+            out.to_str().unwrap(),
+            "--bind",
+            "127.0.0.77",
+        ],
+        FETCH_BOUND,
+    );
+    assert!(!fetched.status.success(), "nothing to fetch from a closed seed");
+    assert_eq!(
+        accepted.join().unwrap(),
+        std::net::IpAddr::from([127, 0, 0, 77])
+    );
+}
