@@ -63,6 +63,7 @@ fn config() -> impl Strategy<Value = FlightConfig> {
             max_waiters_per_flight,
             max_block_bytes: block * 10,
             max_flight_bytes: block * 10 + extra * 5,
+            share_across_hops: false,
         },
     )
 }

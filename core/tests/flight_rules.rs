@@ -373,6 +373,55 @@ fn a_different_hop_or_origin_leads_its_own_flight() {
     assert_eq!(f.waiters(), 3);
 }
 
+#[test]
+fn shared_across_hops_a_request_of_another_hop_joins_and_the_fetch_carries_the_leads_hop() {
+    // Parents by placement cannot loop: a reader's request (relayed at hop 1) and a relay's
+    // (relayed at hop 2) for one block at its parent share one fetch.
+    let mut f = RelayFlights::new(
+        FlightConfig {
+            share_across_hops: true,
+            ..FlightConfig::default()
+        },
+        t(0),
+    )
+    .unwrap();
+    let a = lead_id(f.handle_want(t(0), &req(1), 0, t(1_000)).unwrap());
+    let mut deeper = req(1);
+    deeper.hop = Hop(2);
+    assert_eq!(
+        f.handle_want(t(0), &deeper, 1, t(1_000)),
+        Ok(Want::Joined(a))
+    );
+    assert_eq!(f.flight_of(&f.key_of(&deeper)), Some(a));
+    assert_eq!(
+        fetches(&drain(&mut f)),
+        vec![(a, req(1))],
+        "one fetch, the lead's hop"
+    );
+    // The other way round: the fetch carries the first request's hop.
+    let mut g = RelayFlights::new(
+        FlightConfig {
+            share_across_hops: true,
+            ..FlightConfig::default()
+        },
+        t(0),
+    )
+    .unwrap();
+    let b = lead_id(g.handle_want(t(0), &deeper, 0, t(1_000)).unwrap());
+    assert_eq!(
+        g.handle_want(t(0), &req(1), 1, t(1_000)),
+        Ok(Want::Joined(b))
+    );
+    assert_eq!(fetches(&drain(&mut g)), vec![(b, deeper)]);
+    // The origin still separates flights.
+    let mut other = req(1);
+    other.origin = Some(Bytes::from_static(b"http://127.0.0.1:0/?sig=2"));
+    assert!(matches!(
+        g.handle_want(t(0), &other, 2, t(1_000)),
+        Ok(Want::Lead(_))
+    ));
+}
+
 fn config(
     max_flights: usize,
     max_waiters: usize,
@@ -386,6 +435,7 @@ fn config(
         max_waiters_per_flight: per_flight,
         max_block_bytes: block,
         max_flight_bytes: bytes,
+        share_across_hops: false,
     }
 }
 

@@ -41,8 +41,8 @@ use peerblock_common::SharedMembership;
 use peerblock_core::client::BlockRequest;
 use peerblock_core::server::{
     Admission, AdmissionConfig, AdmissionConfigError, FlightConfig, FlightEvent, FlightId,
-    FlightKey, RelayFlights, RequestId, RequestRejection, ServerConfig, ServerConfigError,
-    ServerConnection, ServerEvent, SourceRequest, SourceResult,
+    RelayFlights, RequestId, RequestRejection, ServerConfig, ServerConfigError, ServerConnection,
+    ServerEvent, SourceRequest, SourceResult,
 };
 use peerblock_core::time::{Clock, Instant};
 use peerblock_core::transmit::{Close, Transmit};
@@ -361,7 +361,7 @@ fn start_flight(shared: &Arc<Shared>, w: &mut Worker, id: FlightId, request: &So
     let handle = relayed.start(w, first.0);
     let mut flights = shared.flights();
     // Kept only while the flight is still in flight (its fetch may have ended already).
-    if flights.table.flight_of(&FlightKey::of(request)) == Some(id) {
+    if flights.table.flight_of(&flights.table.key_of(request)) == Some(id) {
         flights.fetches.insert(id, handle);
     }
 }
@@ -450,6 +450,7 @@ impl Server {
     pub fn start(self, runtime: &Runtime) -> ServerHandle {
         let options = self.options;
         let admission = Admission::new(options.admission).expect("checked in Server::bind");
+        let relay_parent = options.relay.as_ref().map(|r| r.parent.clone());
         let shared = Arc::new(Shared {
             config: options.config,
             admission: Mutex::new(admission),
@@ -467,7 +468,12 @@ impl Server {
             changed_cv: Condvar::new(),
             flights: Mutex::new(Flights {
                 table: RelayFlights::new(
-                    FlightConfig::default(),
+                    FlightConfig {
+                        // Parents by placement cannot loop: a reader's request and a
+                        // relay's for one block share one fetch (core's docs).
+                        share_across_hops: matches!(relay_parent, Some(Parent::Placement { .. })),
+                        ..FlightConfig::default()
+                    },
                     runtime.clock().to_core(std::time::Instant::now()),
                 )
                 .expect("the default flight config is valid"),

@@ -415,7 +415,12 @@ impl RunningNode {
             let relay = RelaySource::new(parts.store, upstream, None)
                 .with_parent(parent)
                 .with_flights(
-                    peerblock_core::server::FlightConfig::default(),
+                    peerblock_core::server::FlightConfig {
+                        // Parents by placement cannot loop (core's docs): a reader's
+                        // request and a relay's for one block share one fetch.
+                        share_across_hops: true,
+                        ..peerblock_core::server::FlightConfig::default()
+                    },
                     config.listener.source_timeout,
                 )
                 .map_err(|e| NodeError::Failed(format!("relay single-flight: {e}")))?

@@ -409,7 +409,10 @@ fn fetch_bind_dials_from_the_given_local_address() {
         ],
         FETCH_BOUND,
     );
-    assert!(!fetched.status.success(), "nothing to fetch from a closed seed");
+    assert!(
+        !fetched.status.success(),
+        "nothing to fetch from a closed seed"
+    );
     assert_eq!(
         accepted.join().unwrap(),
         std::net::IpAddr::from([127, 0, 0, 77])

@@ -83,6 +83,13 @@ pub struct FlightConfig {
     /// `(flights + 1) × max_block_bytes` stays within it. Default
     /// [`DEFAULT_MAX_FLIGHT_BYTES`].
     pub max_flight_bytes: u64,
+    /// Whether requests for the same block and origin share one fetch whatever their hop
+    /// ([`FlightKey`], "Hop"); the fetch carries its lead's hop. Safe only where no request
+    /// a flight causes can come back to the node that leads it: with parents by placement,
+    /// where each relay asks a holder strictly nearer to the block's key, so a chain of
+    /// relays never returns to a node it passed. Default `false` (a fixed or configured
+    /// parent can form a loop).
+    pub share_across_hops: bool,
 }
 
 impl Default for FlightConfig {
@@ -93,6 +100,7 @@ impl Default for FlightConfig {
             max_waiters_per_flight: DEFAULT_MAX_WAITERS_PER_FLIGHT,
             max_block_bytes: DEFAULT_MAX_BLOCK_BYTES,
             max_flight_bytes: DEFAULT_MAX_FLIGHT_BYTES,
+            share_across_hops: false,
         }
     }
 }
@@ -147,7 +155,10 @@ impl FlightConfig {
 /// - **Hop**: a request that came back to this node around a relay loop carries a higher
 ///   hop than the flight it would wait on, so it leads a fetch of its own, which the hop
 ///   bound ends as it does without single-flight. Keyed by path alone, it would wait on
-///   itself until its deadline.
+///   itself until its deadline. Where relays cannot loop (parents by placement),
+///   [`FlightConfig::share_across_hops`] keys by block and origin alone
+///   ([`RelayFlights::key_of`]): a reader's request (hop 0) and a relay's (hop 1) for one
+///   block at its parent then share one fetch instead of asking the origin twice.
 /// - **Origin**: the upstream's answer may depend on the requester's credential (an
 ///   expired signed link is refused `403` for that requester only), so only requests that
 ///   would send the same upstream request share its answer.
@@ -417,7 +428,18 @@ impl<W: Copy + Eq> RelayFlights<W> {
         (self.flights.len() as u64).saturating_mul(self.config.max_block_bytes)
     }
 
-    /// The flight a key's wants currently join, if one is in flight.
+    /// The key `request`'s want is filed under: [`FlightKey::of`], with the hop cleared
+    /// when [`FlightConfig::share_across_hops`] is set.
+    pub fn key_of(&self, request: &SourceRequest) -> FlightKey {
+        let mut key = FlightKey::of(request);
+        if self.config.share_across_hops {
+            key.hop = Hop(0);
+        }
+        key
+    }
+
+    /// The flight a key's wants currently join, if one is in flight (look a request's
+    /// key up with [`key_of`](Self::key_of)).
     pub fn flight_of(&self, key: &FlightKey) -> Option<FlightId> {
         let at = self.key_index(key).ok()?;
         Some(self.by_key[at].1)
@@ -482,7 +504,7 @@ impl<W: Copy + Eq> RelayFlights<W> {
             });
         }
         let entry = Waiter { waiter, deadline };
-        let key = FlightKey::of(request);
+        let key = self.key_of(request);
         let slot = match self.key_index(&key) {
             Ok(k) => {
                 let id = self.by_key[k].1;
@@ -519,7 +541,10 @@ impl<W: Copy + Eq> RelayFlights<W> {
         self.by_key.insert(slot, (key.clone(), id));
         self.events.push_back(FlightEvent::Fetch {
             id,
-            request: key.request(),
+            request: SourceRequest {
+                hop: request.hop,
+                ..key.request()
+            },
         });
         self.flights.push(Flight { id, key, waiters });
         self.waiters += 1;
