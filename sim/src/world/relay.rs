@@ -473,8 +473,7 @@ impl World<'_> {
                 if parent_answer_is_final(&result) {
                     self.upstream_done(up);
                 } else {
-                    self.relays().metrics.parent_fallbacks += 1;
-                    self.ask_origin(up);
+                    self.parent_fallback(up, "answer");
                 }
             }
             RelayEv::Deadline { up, which } => {
@@ -497,15 +496,18 @@ impl World<'_> {
                         .cancel(now, RELAY_TRANSFER | up);
                     self.reschedule_uplink(p);
                 }
-                let r = self.relays();
                 if which == Deadline::Dial {
                     // The relay client's cooldown table: a dead parent is skipped from now.
-                    r.nodes[from as usize]
+                    self.relays().nodes[from as usize]
                         .cooldown
                         .record(now, p, DialOutcome::Failed);
                 }
-                r.metrics.parent_fallbacks += 1;
-                self.ask_origin(up);
+                let why = match which {
+                    Deadline::Dial => "dial",
+                    Deadline::Header => "header",
+                    Deadline::Request => "request",
+                };
+                self.parent_fallback(up, why);
             }
             RelayEv::AtOrigin { up } => {
                 let Some(block) = self.relays().ups.get(&up).map(|u| u.block) else {
@@ -546,6 +548,27 @@ impl World<'_> {
                 self.relay_drain(node);
             }
         }
+    }
+
+    /// The parent's answer to `up` is not final (`why`: "answer" for a miss or a
+    /// failure, else the deadline that fired): the fetch goes to the origin.
+    fn parent_fallback(&mut self, up: u64, why: &str) {
+        let now = self.now;
+        let r = self.relays();
+        r.metrics.parent_fallbacks += 1;
+        let Some(u) = r.ups.get(&up) else {
+            return;
+        };
+        if let (For::Node { node, .. }, At::Parent { p, .. }) = (u.who, u.at) {
+            let (block, hop) = (u.block, u_hop(u));
+            trace!(
+                self.trace,
+                now,
+                "relay-fallback",
+                "n={node} b={block} hop={hop} parent={p} why={why}"
+            );
+        }
+        self.ask_origin(up);
     }
 
     /// Which round's time window `t` is in.
