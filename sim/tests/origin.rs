@@ -277,3 +277,29 @@ fn placement_origin_is_validated_naming_the_key() {
     .to_string();
     assert!(err.contains("relay.cache_mib"), "{err}");
 }
+
+#[test]
+fn a_refusing_parent_sends_the_relay_to_the_origin() {
+    // Two request slots per node, one per source: the nearest holders are full of their
+    // readers' requests when the other holders' relays arrive.
+    let s = scenario(
+        8,
+        7,
+        16,
+        4,
+        "[origin]\nreader_fallback = false\n[listener]\nmax_requests = 2\nmax_sessions_per_source = 1\nmax_requests_per_session = 1",
+    );
+    let (r, trace) = run_traced(&s, 1);
+    all_complete(&r);
+    let text = String::from_utf8_lossy(&trace);
+    let refused: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" relay-fallback ") && l.ends_with("why=refused"))
+        .collect();
+    assert!(!refused.is_empty(), "no parent refused a relay");
+    assert!(text.contains(" relay-refused "));
+    // Each refused relay went on to the origin.
+    let m = relay(&r);
+    assert!(m.origin_requests >= refused.len() as u64, "{m:?}");
+    assert_eq!(m.reader_origin_fetches, 0);
+}

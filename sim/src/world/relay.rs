@@ -45,7 +45,8 @@ use peerblock_common::relay::parent_answer_is_final;
 use peerblock_core::cooldown::{CooldownConfig, CooldownTable, DialOutcome};
 use peerblock_core::read::OriginOutcome;
 use peerblock_core::server::{
-    FlightConfig, FlightEvent, FlightId, RelayFlights, RequestId, SourceRequest, SourceResult, Want,
+    FlightConfig, FlightEvent, FlightId, RelayFlights, RequestId, RequestTicket, SessionTicket,
+    SourceRequest, SourceResult, Want,
 };
 use peerblock_core::time::{Duration, Instant};
 use peerblock_core::wire::Hop;
@@ -53,6 +54,7 @@ use peerblock_testkit::pump::Armed;
 
 use super::stream::ConnId;
 use super::{Ev, World};
+use crate::listener::Limit;
 use crate::metrics::RelayMetrics;
 use crate::model::cache::BlockCache;
 use crate::model::node::Health;
@@ -78,6 +80,8 @@ pub(super) enum RelayEv {
     /// `up`'s deadline at the relaying node: `Dial` (the parent never answered the dial),
     /// `Header` (no response head), `Request` (the whole exchange).
     Deadline { up: u64, which: Deadline },
+    /// The parent refused `up` (no free slot): its refusal reaches the relaying node.
+    ParentRefused { up: u64, retry_after: Duration },
     /// `up`'s request reaches the origin.
     AtOrigin { up: u64 },
     /// The origin's upload link may have finished transfers.
@@ -141,6 +145,23 @@ struct Upstream {
     block: u32,
     request: SourceRequest,
     at: At,
+    /// The parent's admission of the request while it answers it.
+    slot: Option<Slot>,
+}
+
+/// A relay request's session and request slot at its parent (core's `Admission`).
+#[derive(Debug)]
+struct Slot {
+    session: SessionTicket<u32>,
+    request: RequestTicket<u32>,
+    /// The parent's epoch (a crash since then dropped the tickets with its books).
+    epoch: u32,
+}
+
+/// The source address node `n` has at other nodes' listeners (readers' addresses count up
+/// from 0).
+fn node_source(n: u32) -> u32 {
+    u32::MAX - n
 }
 
 /// One node's relay: its single-flight table, its cache and its relay client's cooldowns.
@@ -351,6 +372,7 @@ impl World<'_> {
                 block,
                 request,
                 at: At::Origin,
+                slot: None,
             },
         );
         match parent {
@@ -476,6 +498,24 @@ impl World<'_> {
                     self.parent_fallback(up, "answer");
                 }
             }
+            RelayEv::ParentRefused { up, retry_after } => {
+                let Some(u) = self.relays().ups.get(&up) else {
+                    return;
+                };
+                let (At::Parent { p, .. }, For::Node { node, .. }) = (u.at, u.who) else {
+                    return;
+                };
+                // The relay client's cooldown table skips a refusing parent for its
+                // Retry-After.
+                self.relays().nodes[node as usize].cooldown.record(
+                    now,
+                    p,
+                    DialOutcome::Refused {
+                        retry_after: Some(retry_after),
+                    },
+                );
+                self.parent_fallback(up, "refused");
+            }
             RelayEv::Deadline { up, which } => {
                 let Some(u) = self.relays().ups.get(&up) else {
                     return;
@@ -554,6 +594,7 @@ impl World<'_> {
     /// failure, else the deadline that fired): the fetch goes to the origin.
     fn parent_fallback(&mut self, up: u64, why: &str) {
         let now = self.now;
+        self.release_slot(up);
         let r = self.relays();
         r.metrics.parent_fallbacks += 1;
         let Some(u) = r.ups.get(&up) else {
@@ -600,8 +641,42 @@ impl World<'_> {
             return;
         };
         let (block, request) = (u.block, u.request.clone());
+        let from = match u.who {
+            For::Node { node, .. } => node,
+            For::Reader { .. } => return,
+        };
         if self.nodes[p as usize].health != Health::Up {
             return; // crashed meanwhile, or silent: the deadlines decide
+        }
+        // The request takes a session and a request slot at the parent, as any
+        // connection's does (core's admission; a full parent refuses).
+        let now = self.now;
+        let node = &mut self.nodes[p as usize];
+        let epoch = node.epoch;
+        let core = node.admission.core_mut();
+        let slot = core
+            .open_session(now, node_source(from))
+            .and_then(|mut session| match core.begin_request(now, &mut session) {
+                Ok(request) => Ok(Slot {
+                    session,
+                    request,
+                    epoch,
+                }),
+                Err(refusal) => {
+                    core.close_session(now, session);
+                    Err(refusal)
+                }
+            });
+        match slot {
+            Ok(slot) => {
+                if let Some(u) = self.relays().ups.get_mut(&up) {
+                    u.slot = Some(slot);
+                }
+            }
+            Err(refusal) => {
+                self.refuse_child(up, p, refusal);
+                return;
+            }
         }
         if self.relays().serve_cached(p, block) {
             self.parent_reply(up, SourceResult::Found(Bytes::new()));
@@ -620,6 +695,48 @@ impl World<'_> {
         self.relay_want(p, Waiter::Child { up }, relayed);
     }
 
+    /// Parent `p` refuses `up` (a full listener): the refusal reaches the relaying node
+    /// one latency later.
+    fn refuse_child(&mut self, up: u64, p: u32, refusal: peerblock_core::refusal::Refusal) {
+        let now = self.now;
+        let limit = Limit::from_reason(refusal.reason);
+        self.metrics.limit_hit(limit);
+        let lat = self.relays().node_latency;
+        trace!(
+            self.trace,
+            now,
+            "relay-refused",
+            "n={p} up={up} limit={}",
+            limit.as_str()
+        );
+        self.queue.push(
+            now + lat,
+            Ev::Relay(Box::new(RelayEv::ParentRefused {
+                up,
+                retry_after: refusal.retry_after,
+            })),
+        );
+    }
+
+    /// Releases `up`'s slot at its parent (its answer has left, or the relaying node gave
+    /// up on it).
+    fn release_slot(&mut self, up: u64) {
+        let now = self.now;
+        let Some(u) = self.relays().ups.get_mut(&up) else {
+            return;
+        };
+        let (At::Parent { p, .. }, Some(mut slot)) = (u.at, u.slot.take()) else {
+            return;
+        };
+        let node = &mut self.nodes[p as usize];
+        if node.epoch != slot.epoch {
+            return; // the crash dropped the parent's books
+        }
+        let core = node.admission.core_mut();
+        core.finish_request(now, Some(&mut slot.session), slot.request);
+        core.close_session(now, slot.session);
+    }
+
     /// The parent of `up` answers it: a block goes out on the parent's upload link, then
     /// one latency to the relaying node; anything else takes the latency alone.
     fn parent_reply(&mut self, up: u64, result: SourceResult) {
@@ -634,6 +751,22 @@ impl World<'_> {
             return;
         }
         if let SourceResult::Found(_) = result {
+            // The response is reserved against the parent's byte budgets (at the HTTP
+            // path's scale), or refused.
+            let scaled = self.http_body(block).len() as u64;
+            let node = &mut self.nodes[p as usize];
+            let core = node.admission.core_mut();
+            let reserved = match self.relay.as_mut().and_then(|r| r.ups.get_mut(&up)) {
+                Some(Upstream {
+                    slot: Some(slot), ..
+                }) => core.reserve_bytes(&mut slot.request, scaled),
+                _ => Ok(()),
+            };
+            if let Err(refusal) = reserved {
+                self.release_slot(up);
+                self.refuse_child(up, p, refusal);
+                return;
+            }
             if let Some(u) = self.relays().ups.get_mut(&up) {
                 u.at = At::Parent {
                     p,
@@ -647,6 +780,7 @@ impl World<'_> {
             self.reschedule_uplink(p);
             return;
         }
+        self.release_slot(up);
         let lat = self.relays().node_latency;
         self.queue.push(
             now + lat,
@@ -662,6 +796,7 @@ impl World<'_> {
             return;
         };
         self.nodes[n as usize].bytes_served += self.s.block_bytes(block);
+        self.release_slot(up);
         let lat = self.relays().node_latency;
         self.queue.push(
             now + lat,
@@ -728,6 +863,7 @@ impl World<'_> {
                     hop: Hop(0),
                 },
                 at: At::Origin,
+                slot: None,
             },
         );
         self.ask_origin(up);
