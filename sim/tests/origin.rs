@@ -303,3 +303,37 @@ fn a_refusing_parent_sends_the_relay_to_the_origin() {
     assert!(m.origin_requests >= refused.len() as u64, "{m:?}");
     assert_eq!(m.reader_origin_fetches, 0);
 }
+
+#[test]
+fn a_silent_parent_sends_the_relay_to_the_origin_at_the_header_deadline() {
+    // Block 0's nearest holder accepts and never answers.
+    let s = scenario(
+        8,
+        7,
+        16,
+        1,
+        "[origin]\nreader_fallback = false\n[[faults]]\nkind = \"silent\"\nholder_block = 0\nholder_rank = 0\nat_secs = 0.0",
+    );
+    let (r, trace) = run_traced(&s, 1);
+    all_complete(&r);
+    let silent = r.holders[0][0];
+    let text = String::from_utf8_lossy(&trace);
+    let fell_back: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" relay-fallback ") && l.contains(&format!("parent={silent} ")))
+        .collect();
+    assert!(!fell_back.is_empty(), "nobody asked the silent parent");
+    assert!(
+        fell_back.iter().all(|l| l.ends_with("why=header")),
+        "{fell_back:?}"
+    );
+    // A dial was answered, so the relay client does not suppress it: no cooldown entry,
+    // only the response-header deadline (10 s) each time.
+    let first = fell_back[0].split_whitespace().next().unwrap();
+    let at: f64 = first.parse().unwrap();
+    assert!(
+        at >= 10.0,
+        "fell back at {at} s, before the header deadline"
+    );
+    assert_eq!(r.metrics.node_bytes[silent as usize], 0);
+}
