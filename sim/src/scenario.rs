@@ -362,6 +362,12 @@ pub struct Relay {
     pub max_hop: u32,
     /// One-way latency between two nodes, ms (node-to-node relay requests).
     pub node_latency_ms: f64,
+    /// Relay through the block's parent (`Parent::Placement`, what `peerblock-node serve`
+    /// sets). `false`, an ablation: every relaying node asks the origin (`Parent::None`).
+    pub through_parent: bool,
+    /// Concurrent relayed misses at one node share one upstream fetch (core's
+    /// `RelayFlights`). `false`, an ablation: every relayed miss fetches on its own.
+    pub single_flight: bool,
 }
 
 impl Default for Relay {
@@ -370,6 +376,8 @@ impl Default for Relay {
             cache_mib: 1024,
             max_hop: peerblock_core::server::DEFAULT_MAX_HOP,
             node_latency_ms: 1.0,
+            through_parent: true,
+            single_flight: true,
         }
     }
 }

@@ -120,14 +120,19 @@ enum Waiter {
 /// Who an upstream fetch is for.
 #[derive(Debug, Clone, Copy)]
 enum For {
-    /// Node `node`'s flight `flight` (started in the node's epoch `epoch`).
-    Node {
-        node: u32,
-        flight: FlightId,
-        epoch: u32,
-    },
+    /// Node `node`'s fetch for `via` (started in the node's epoch `epoch`).
+    Node { node: u32, via: Via, epoch: u32 },
     /// A reader's own origin fallback for its read.
     Reader { read: Handle },
+}
+
+/// Whom a node's upstream fetch answers.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// Its flight in the node's single-flight table.
+    Flight(FlightId),
+    /// One waiter alone (`relay.single_flight = false`, the ablation).
+    Alone(u64),
 }
 
 /// Where an upstream fetch is now.
@@ -289,11 +294,19 @@ impl World<'_> {
     /// block through `n`'s flights.
     fn relay_want(&mut self, n: u32, waiter: Waiter, request: SourceRequest) {
         let now = self.now;
+        let single_flight = self.s.relay.single_flight;
         let r = self.relays();
         let id = r.next_waiter;
         r.next_waiter += 1;
         r.waiters.insert(id, waiter);
         let deadline = now + r.wait;
+        if !single_flight {
+            // The ablation: every relayed miss makes its own upstream fetch.
+            r.metrics.flights_led += 1;
+            self.upstream_start(n, Via::Alone(id), request);
+            return;
+        }
+        let r = self.relays();
         match r.nodes[n as usize]
             .flights
             .handle_want(now, &request, id, deadline)
@@ -319,7 +332,9 @@ impl World<'_> {
                 break;
             };
             match ev {
-                FlightEvent::Fetch { id, request } => self.upstream_start(n, id, request),
+                FlightEvent::Fetch { id, request } => {
+                    self.upstream_start(n, Via::Flight(id), request)
+                }
                 FlightEvent::Answer { waiter, answer, .. } => {
                     if let Some(w) = self.relays().waiters.remove(&waiter) {
                         self.relay_answer(w, answer.into_source_result());
@@ -352,8 +367,8 @@ impl World<'_> {
         }
     }
 
-    /// Node `n` starts the upstream fetch of its flight `flight`.
-    fn upstream_start(&mut self, n: u32, flight: FlightId, request: SourceRequest) {
+    /// Node `n` starts an upstream fetch for `via`.
+    fn upstream_start(&mut self, n: u32, via: Via, request: SourceRequest) {
         let now = self.now;
         let block = request.path.index as u32;
         let epoch = self.nodes[n as usize].epoch;
@@ -366,7 +381,7 @@ impl World<'_> {
             Upstream {
                 who: For::Node {
                     node: n,
-                    flight,
+                    via,
                     epoch,
                 },
                 block,
@@ -402,6 +417,9 @@ impl World<'_> {
     /// The parent node `n` asks for `block`: the nearest holder its relay client does not
     /// suppress, unless `n` itself is nearer (then none: `n` asks the origin).
     fn parent_of(&mut self, n: u32, block: u32) -> Option<u32> {
+        if !self.s.relay.through_parent {
+            return None; // the ablation: `Parent::None`, always the origin
+        }
         let now = self.now;
         let holders = self.content.holders(block);
         let r = self.relay.as_ref().expect("origin placement");
@@ -814,11 +832,7 @@ impl World<'_> {
             return;
         };
         match u.who {
-            For::Node {
-                node,
-                flight,
-                epoch,
-            } => {
+            For::Node { node, via, epoch } => {
                 if self.nodes[node as usize].epoch != epoch {
                     return; // the node crashed since: its flights are gone
                 }
@@ -827,10 +841,19 @@ impl World<'_> {
                 let r = self.relays();
                 let relay = &mut r.nodes[node as usize];
                 r.metrics.cache_evictions += relay.cache.insert(u.block, bytes);
-                relay
-                    .flights
-                    .handle_result(now, flight, SourceResult::Found(body));
-                self.relay_drain(node);
+                match via {
+                    Via::Flight(flight) => {
+                        relay
+                            .flights
+                            .handle_result(now, flight, SourceResult::Found(body));
+                        self.relay_drain(node);
+                    }
+                    Via::Alone(waiter) => {
+                        if let Some(w) = r.waiters.remove(&waiter) {
+                            self.relay_answer(w, SourceResult::Found(body));
+                        }
+                    }
+                }
             }
             For::Reader { read } => {
                 let token = self.content.token(u.block);
