@@ -152,6 +152,10 @@ struct Upstream {
     at: At,
     /// The parent's admission of the request while it answers it.
     slot: Option<Slot>,
+    /// A transfer of the block for it is on an upload link now (the origin's for
+    /// `At::Origin`, the parent's for `At::Parent`), with the sender's epoch (a crash
+    /// since then dropped it from the link; the origin's is always 0).
+    sending: Option<u32>,
 }
 
 /// A relay request's session and request slot at its parent (core's `Admission`).
@@ -340,9 +344,20 @@ impl World<'_> {
                         self.relay_answer(w, answer.into_source_result());
                     }
                 }
-                // Nobody waits any more: its result will be ignored by the table. (The
-                // real driver aborts the fetch; here it runs to its end.)
-                FlightEvent::Abandon { .. } => {}
+                // Nobody waits any more: the fetch is cancelled, as the drivers abort it.
+                FlightEvent::Abandon { id, .. } => {
+                    let up = self.relays().ups.iter().find_map(|(&up, u)| match u.who {
+                        For::Node {
+                            node,
+                            via: Via::Flight(f),
+                            ..
+                        } if node == n && f == id => Some(up),
+                        _ => None,
+                    });
+                    if let Some(up) = up {
+                        self.cancel_upstream(up);
+                    }
+                }
             }
         }
         let r = self.relays();
@@ -388,6 +403,7 @@ impl World<'_> {
                 request,
                 at: At::Origin,
                 slot: None,
+                sending: None,
             },
         );
         match parent {
@@ -548,11 +564,14 @@ impl World<'_> {
                     For::Node { node, .. } => node,
                     For::Reader { .. } => return,
                 };
-                if transferring {
+                if u.sending.is_some_and(|e| e == self.nodes[p as usize].epoch) {
                     self.nodes[p as usize]
                         .uplink
                         .cancel(now, RELAY_TRANSFER | up);
                     self.reschedule_uplink(p);
+                }
+                if let Some(u) = self.relays().ups.get_mut(&up) {
+                    u.sending = None;
                 }
                 if which == Deadline::Dial {
                     // The relay client's cooldown table: a dead parent is skipped from now.
@@ -574,6 +593,9 @@ impl World<'_> {
                 let bytes = self.s.block_bytes(block);
                 let r = self.relays();
                 r.origin.start(now, up, bytes);
+                if let Some(u) = r.ups.get_mut(&up) {
+                    u.sending = Some(0);
+                }
                 self.reschedule_origin();
             }
             RelayEv::OriginUplink { gen } => {
@@ -584,9 +606,11 @@ impl World<'_> {
                 let done = r.origin.finished(now);
                 let round = self.round_at(now);
                 for up in done {
-                    let Some(block) = self.relays().ups.get(&up).map(|u| u.block) else {
+                    let Some(u) = self.relays().ups.get_mut(&up) else {
                         continue;
                     };
+                    u.sending = None;
+                    let block = u.block;
                     let bytes = self.s.block_bytes(block);
                     let r = self.relays();
                     r.metrics.origin_bytes += bytes;
@@ -769,6 +793,7 @@ impl World<'_> {
             return;
         }
         if let SourceResult::Found(_) = result {
+            let epoch = self.nodes[p as usize].epoch;
             // The response is reserved against the parent's byte budgets (at the HTTP
             // path's scale), or refused.
             let scaled = self.http_body(block).len() as u64;
@@ -790,6 +815,7 @@ impl World<'_> {
                     p,
                     transferring: true,
                 };
+                u.sending = Some(epoch);
             }
             let bytes = self.s.block_bytes(block);
             self.nodes[p as usize]
@@ -810,9 +836,11 @@ impl World<'_> {
     pub(super) fn relay_transfer_done(&mut self, n: u32, t: u64) {
         let now = self.now;
         let up = t & !RELAY_TRANSFER;
-        let Some(block) = self.relays().ups.get(&up).map(|u| u.block) else {
+        let Some(u) = self.relays().ups.get_mut(&up) else {
             return;
         };
+        u.sending = None;
+        let block = u.block;
         self.nodes[n as usize].bytes_served += self.s.block_bytes(block);
         self.release_slot(up);
         let lat = self.relays().node_latency;
@@ -887,6 +915,7 @@ impl World<'_> {
                 },
                 at: At::Origin,
                 slot: None,
+                sending: None,
             },
         );
         self.ask_origin(up);
@@ -928,12 +957,57 @@ impl World<'_> {
             return;
         }
         let now = self.now;
-        let r = self.relays();
         for id in gone {
+            let r = self.relays();
             r.waiters.remove(id);
             r.nodes[n as usize].flights.handle_cancel(now, *id);
+            // Without single-flight the waiter's own fetch goes with it.
+            let alone = r.ups.iter().find_map(|(&up, u)| match u.who {
+                For::Node {
+                    via: Via::Alone(w), ..
+                } if w == *id => Some(up),
+                _ => None,
+            });
+            if let Some(up) = alone {
+                self.cancel_upstream(up);
+            }
         }
         self.relay_drain(n);
+    }
+
+    /// Nobody wants upstream fetch `up` any more: its request is dropped wherever it is
+    /// (the origin's or the parent's transfer stops, the parent's slot is released, and
+    /// the parent's own wait for the block leaves its flight).
+    fn cancel_upstream(&mut self, up: u64) {
+        let now = self.now;
+        self.release_slot(up);
+        let Some(u) = self.relays().ups.remove(&up) else {
+            return;
+        };
+        match u.at {
+            At::Origin => {
+                if u.sending.is_some() {
+                    self.relays().origin.cancel(now, up);
+                    self.reschedule_origin();
+                }
+            }
+            At::Parent { p, .. } => {
+                if u.sending.is_some_and(|e| e == self.nodes[p as usize].epoch) {
+                    self.nodes[p as usize]
+                        .uplink
+                        .cancel(now, RELAY_TRANSFER | up);
+                    self.reschedule_uplink(p);
+                }
+                let waiting: Vec<u64> = self
+                    .relays()
+                    .waiters
+                    .iter()
+                    .filter(|(_, w)| matches!(w, Waiter::Child { up: c } if *c == up))
+                    .map(|(&id, _)| id)
+                    .collect();
+                self.relay_cancel(p, &waiting);
+            }
+        }
     }
 
     /// Node `n` crashed: its flights, cache and relay client are gone (a restart starts
