@@ -37,6 +37,14 @@
 //!    origin.
 //! 4. A block `n` fetched is cached (LRU, `relay.cache_mib`) before its flight's waiters
 //!    are answered, and from then on `n` serves it as held.
+//!
+//! A flight whose waiters all left is abandoned and its fetch cancelled wherever it is (the
+//! drivers abort it). A relay request takes a session and a request slot at its parent
+//! through the parent's real admission; a full parent refuses, and the relaying node's
+//! cooldown table skips it for the refusal's Retry-After. Two ablations
+//! (`relay.through_parent = false`: every relaying node asks the origin;
+//! `relay.single_flight = false`: every relayed miss fetches on its own) show what each
+//! rule buys.
 
 use std::collections::BTreeMap;
 
