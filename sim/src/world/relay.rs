@@ -18,8 +18,8 @@
 //!   HTTP exchanges: a request reaches its target after a one-way latency
 //!   (`relay.node_latency_ms`, `origin.latency_ms`), and a block comes back when the
 //!   sender's upload link (the node's, shared with its readers' responses, or the
-//!   origin's own, `origin.upload_mbps`) has carried its nominal size. A parent answers a
-//!   relay request without taking a slot of its listener (so it never refuses one).
+//!   origin's own, `origin.upload_mbps`) has carried its nominal size. Each relay request
+//!   opens its own session at the parent (no pooled node-to-node connections).
 //!
 //! The flow of an upstream fetch at node `n` for a block (a [`FlightEvent::Fetch`]):
 //!
@@ -27,7 +27,8 @@
 //!    relay's cooldown table does not suppress; if `n` itself comes first, it has no parent
 //!    (it is the nearest live holder) and asks the origin. A node outside the close group
 //!    asks the nearest live holder.
-//! 2. The parent, the request arriving, serves the block from its cache, or (missing it)
+//! 2. The parent, the request arriving, admits it (or refuses it: a full listener), then
+//!    serves the block from its cache, or (missing it)
 //!    makes the same decision as core's relay rule: at or past the hop bound it declines
 //!    (a miss), else it relays with hop + 1 through its own flights. Its answer comes back
 //!    one latency after its upload link carried the block (or at once for a miss).
