@@ -31,7 +31,7 @@
 //!    serves the block from its cache, or (missing it)
 //!    makes the same decision as core's relay rule: at or past the hop bound it declines
 //!    (a miss), else it relays with hop + 1 through its own flights. Its answer comes back
-//!    one latency after its upload link carried the block (or at once for a miss).
+//!    one latency after its upload link carried the block (a miss: one latency after it).
 //! 3. A final answer (the block) answers `n`'s flight; anything else — a miss, a dial
 //!    timeout to a dead parent (which the cooldown table then suppresses), a silent
 //!    parent's response-header timeout, the request deadline — sends the fetch to the
