@@ -337,3 +337,44 @@ fn a_silent_parent_sends_the_relay_to_the_origin_at_the_header_deadline() {
     );
     assert_eq!(r.metrics.node_bytes[silent as usize], 0);
 }
+
+#[test]
+fn a_parent_whose_dial_failed_is_skipped_afterwards() {
+    // The nearest holder of block 0 is dead; with 32 blocks it is the nearest holder of
+    // several, so the other holders relay through it more than once.
+    let s = scenario(
+        8,
+        7,
+        8,
+        32,
+        "[origin]\nreader_fallback = false\n[[faults]]\nkind = \"crash\"\nholder_block = 0\nholder_rank = 0\nat_secs = 0.0",
+    );
+    let (r, trace) = run_traced(&s, 1);
+    all_complete(&r);
+    let dead = r.holders[0][0];
+    let text = String::from_utf8_lossy(&trace);
+    let mut failed_at: std::collections::BTreeMap<u32, f64> = Default::default();
+    let mut skipped = 0;
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(t), Some(kind)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let t: f64 = t.parse().unwrap();
+        let n: u32 = f.next().unwrap_or("n=0")[2..].parse().unwrap_or(u32::MAX);
+        if kind == "relay-fallback" && line.ends_with(&format!("parent={dead} why=dial")) {
+            failed_at.entry(n).or_insert(t);
+        }
+        if kind == "relay" {
+            if let Some(&at) = failed_at.get(&n) {
+                assert!(
+                    !line.ends_with(&format!("via={dead}")),
+                    "node {n} asked the dead parent again at {t} s after its dial failed at {at} s"
+                );
+                skipped += 1;
+            }
+        }
+    }
+    assert!(!failed_at.is_empty(), "no dial to the dead parent failed");
+    assert!(skipped > 0, "no relay after a failed dial to check");
+}
