@@ -121,6 +121,58 @@ pub struct Metrics {
     pub reads_unfinished: u64,
     /// Downloads still running when the run ended (an invariant: always 0).
     pub downloads_unfinished: u64,
+    /// The origin and the relays (`file.placement = "origin"`; `None` otherwise).
+    pub relay: Option<RelayMetrics>,
+}
+
+/// What the origin served and what the nodes' relays did (`file.placement = "origin"`).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RelayMetrics {
+    /// The file's size in bytes (origin egress is reported against it).
+    pub file_bytes: u64,
+    /// Bytes the origin sent (completed responses).
+    pub origin_bytes: u64,
+    /// Requests the origin received (from relays and from readers' own fallback).
+    pub origin_requests: u64,
+    /// Origin bytes by the round whose time window they left in: round `r`'s window runs
+    /// from its start to the next round's start (the last to the end of the run).
+    pub origin_bytes_by_round: Vec<u64>,
+    /// Per round: from the round's start to the end of its last download, ns (the time
+    /// for all of the wave's readers).
+    pub round_span_ns: Vec<u64>,
+    /// Origin requests made by readers themselves (the read's origin fallback).
+    pub reader_origin_fetches: u64,
+    /// Relayed misses: requests naming the origin that a node missed and core decided to
+    /// relay (`ServerEvent::Relay`), from readers and from other nodes' relays.
+    pub relays: u64,
+    /// Relayed misses that led an upstream fetch (core's `RelayFlights`: `Want::Lead`).
+    pub flights_led: u64,
+    /// Relayed misses that joined the upstream fetch in flight (`Want::Joined`).
+    pub flight_joins: u64,
+    /// Relayed misses refused at the single-flight table's bounds (answered 500).
+    pub flights_full: u64,
+    /// Upstream fetches sent to the block's parent first.
+    pub parent_fetches: u64,
+    /// Upstream fetches whose parent's answer was not final (a miss, a failure, the
+    /// parent dead or silent), which then went to the origin.
+    pub parent_fallbacks: u64,
+    /// Relay requests declined at the hop bound (404).
+    pub hop_declines: u64,
+    /// Requests for a block answered from a node's relay cache.
+    pub cache_hits: u64,
+    /// Blocks evicted from relay caches at their bound.
+    pub cache_evictions: u64,
+}
+
+impl RelayMetrics {
+    /// Origin egress as a multiple of the file's size.
+    pub fn origin_per_file(&self) -> f64 {
+        if self.file_bytes == 0 {
+            0.0
+        } else {
+            self.origin_bytes as f64 / self.file_bytes as f64
+        }
+    }
 }
 
 impl Metrics {
@@ -197,6 +249,16 @@ fn top_share(row: &[u32]) -> Option<f64> {
     let total: u64 = row.iter().map(|&c| u64::from(c)).sum();
     let top = row.iter().copied().max().unwrap_or(0);
     (total > 0).then(|| f64::from(top) / total as f64)
+}
+
+/// The busiest node's bytes over the mean node's (0 when nothing was served).
+pub fn busiest_per_mean(node_bytes: &[u64]) -> f64 {
+    let total: u64 = node_bytes.iter().sum();
+    if total == 0 {
+        return 0.0;
+    }
+    let max = node_bytes.iter().copied().max().unwrap_or(0);
+    max as f64 * node_bytes.len() as f64 / total as f64
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -374,6 +436,47 @@ pub struct Summary {
     pub wall_seconds: f64,
     /// FNV-1a 64 digest of the trace.
     pub trace_digest: String,
+    /// The origin and the relays (only for `file.placement = "origin"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<OriginSummary>,
+}
+
+/// `origin.*` (`file.placement = "origin"`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OriginSummary {
+    /// Bytes the origin sent.
+    pub egress_bytes: u64,
+    /// Requests the origin received.
+    pub requests: u64,
+    /// Origin egress / the file's size.
+    pub egress_per_file: f64,
+    /// Origin bytes per round's time window.
+    pub egress_bytes_per_round: Vec<u64>,
+    /// Per round: from the round's start to its last download's end, ms (the time for all
+    /// of the wave's readers).
+    pub all_readers_ms_per_round: Vec<f64>,
+    /// Origin requests made by readers themselves (their read's origin fallback).
+    pub reader_fetches: u64,
+    /// Relayed misses at nodes (`ServerEvent::Relay`).
+    pub relays: u64,
+    /// Relayed misses that led an upstream fetch.
+    pub flights_led: u64,
+    /// Relayed misses that joined an upstream fetch in flight (single-flight joins).
+    pub single_flight_joins: u64,
+    /// Relayed misses refused at the single-flight table's bounds.
+    pub flights_full: u64,
+    /// Upstream fetches asked of the block's parent.
+    pub parent_fetches: u64,
+    /// Parent fetches that ended at the origin (the parent's answer not final).
+    pub parent_fallbacks: u64,
+    /// Relays declined at the hop bound.
+    pub hop_declines: u64,
+    /// Requests served from a relay cache.
+    pub cache_hits: u64,
+    /// Blocks evicted from relay caches.
+    pub cache_evictions: u64,
+    /// The busiest node's served bytes / the mean node's.
+    pub busiest_per_mean: f64,
 }
 
 impl Summary {
@@ -448,6 +551,28 @@ impl Summary {
             sim_seconds: round3(sim_seconds),
             wall_seconds: round3(wall_seconds),
             trace_digest,
+            origin: m.relay.as_ref().map(|r| OriginSummary {
+                egress_bytes: r.origin_bytes,
+                requests: r.origin_requests,
+                egress_per_file: round4(r.origin_per_file()),
+                egress_bytes_per_round: r.origin_bytes_by_round.clone(),
+                all_readers_ms_per_round: r
+                    .round_span_ns
+                    .iter()
+                    .map(|&ns| round3(ns as f64 / 1e6))
+                    .collect(),
+                reader_fetches: r.reader_origin_fetches,
+                relays: r.relays,
+                flights_led: r.flights_led,
+                single_flight_joins: r.flight_joins,
+                flights_full: r.flights_full,
+                parent_fetches: r.parent_fetches,
+                parent_fallbacks: r.parent_fallbacks,
+                hop_declines: r.hop_declines,
+                cache_hits: r.cache_hits,
+                cache_evictions: r.cache_evictions,
+                busiest_per_mean: round4(busiest_per_mean(&m.node_bytes)),
+            }),
         }
     }
 

@@ -168,6 +168,47 @@ pub fn text(s: &Scenario, r: &RunResult) -> String {
         sum.node_bytes.max as f64 / MIB,
         sum.node_bytes.mean as f64 / MIB
     );
+    if let Some(og) = &sum.origin {
+        let mib = |b: u64| b as f64 / MIB;
+        let per_round: Vec<String> = og
+            .egress_bytes_per_round
+            .iter()
+            .map(|&b| format!("{:.1}", mib(b)))
+            .collect();
+        let waves: Vec<String> = og
+            .all_readers_ms_per_round
+            .iter()
+            .map(|&ms| format!("{:.2} s", ms / 1e3))
+            .collect();
+        let _ = writeln!(
+            o,
+            "  origin egress         {:.1} MiB in {} requests = {:.2} × the file; per round {} MiB; readers' own {}",
+            mib(og.egress_bytes),
+            og.requests,
+            og.egress_per_file,
+            per_round.join(" / "),
+            og.reader_fetches
+        );
+        let _ = writeln!(
+            o,
+            "  relays                {} relayed misses: {} upstream fetches led, {} single-flight joins, {} refused full; {} asked of the parent, {} of them on to the origin; {} declined at the hop bound",
+            og.relays,
+            og.flights_led,
+            og.single_flight_joins,
+            og.flights_full,
+            og.parent_fetches,
+            og.parent_fallbacks,
+            og.hop_declines
+        );
+        let _ = writeln!(
+            o,
+            "  relay caches          {} hits, {} evictions; busiest node / mean {:.2}; all readers done per round {}",
+            og.cache_hits,
+            og.cache_evictions,
+            og.busiest_per_mean,
+            waves.join(" / ")
+        );
+    }
     if !s.reference.note.is_empty() {
         let _ = writeln!(o, "  reference note        {}", s.reference.note);
     }

@@ -73,6 +73,10 @@ pub struct Scenario {
     pub listener: Listener,
     /// The hot file everybody reads.
     pub file: File,
+    /// The simulated origin (used when `file.placement = "origin"`).
+    pub origin: Origin,
+    /// Relaying at the nodes (used when `file.placement = "origin"`).
+    pub relay: Relay,
     /// Who reads, from where, when.
     pub readers: Readers,
     /// Client policies.
@@ -100,6 +104,8 @@ impl Default for Scenario {
             network: Network::default(),
             listener: Listener::default(),
             file: File::default(),
+            origin: Origin::default(),
+            relay: Relay::default(),
             readers: Readers::default(),
             client: Client::default(),
             breaker: BreakerCfg::default(),
@@ -295,6 +301,8 @@ pub struct File {
     pub size_mib: u64,
     /// Block size, KiB; the last block holds the remainder.
     pub block_kib: u64,
+    /// Where the blocks are when the run starts.
+    pub placement: Placement,
 }
 
 impl Default for File {
@@ -302,6 +310,74 @@ impl Default for File {
         File {
             size_mib: 50,
             block_kib: 4096,
+            placement: Placement::CloseGroup,
+        }
+    }
+}
+
+/// `file.placement`: where the file's blocks are when the run starts.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// Every block is on its close group from the start (the testnet replays).
+    #[default]
+    CloseGroup,
+    /// Every block is at the simulated origin only (`[origin]`): no node holds any. Readers
+    /// name the origin in every GET (`X-DART-Origin`), nodes relay misses through the
+    /// block's parent or the origin and cache what they relayed (`[relay]`).
+    Origin,
+}
+
+/// `[origin]`: the simulated origin server of `file.placement = "origin"`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Origin {
+    /// The origin's upload rate limit in Mbit/s, shared by its concurrent responses.
+    pub upload_mbps: f64,
+    /// One-way latency between the origin and any node or reader, ms.
+    pub latency_ms: f64,
+    /// Whether a read that peers cannot serve ends by fetching from the origin itself
+    /// (core's `ReadConfig::origin`, what `peerblock-node fetch --origin` sets).
+    pub reader_fallback: bool,
+}
+
+impl Default for Origin {
+    fn default() -> Self {
+        Origin {
+            upload_mbps: 100.0,
+            latency_ms: 20.0,
+            reader_fallback: true,
+        }
+    }
+}
+
+/// `[relay]`: how nodes relay misses when `file.placement = "origin"`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Relay {
+    /// Each node's cache of relayed blocks, MiB (least recently used evicted first).
+    pub cache_mib: u64,
+    /// Core's relay hop bound (`RelayConfig::max_hop`): a request whose `X-DART-Hop` is at
+    /// or past it is declined (404) instead of relayed.
+    pub max_hop: u32,
+    /// One-way latency between two nodes, ms (node-to-node relay requests).
+    pub node_latency_ms: f64,
+    /// Relay through the block's parent (`Parent::Placement`, what `peerblock-node serve`
+    /// sets). `false`, an ablation: every relaying node asks the origin (`Parent::None`).
+    pub through_parent: bool,
+    /// Concurrent relayed misses at one node share one upstream fetch (core's
+    /// `RelayFlights`). `false`, an ablation: every relayed miss fetches on its own.
+    pub single_flight: bool,
+}
+
+impl Default for Relay {
+    fn default() -> Self {
+        Relay {
+            cache_mib: 1024,
+            max_hop: peerblock_core::server::DEFAULT_MAX_HOP,
+            node_latency_ms: 1.0,
+            through_parent: true,
+            single_flight: true,
         }
     }
 }
@@ -844,6 +920,41 @@ impl Scenario {
                     self.blocks()
                 ),
             );
+        }
+        if f.placement == Placement::Origin {
+            if self.network.transport != Transport::Http1 {
+                return bad(
+                    "file.placement",
+                    "\"origin\" needs network.transport = \"http1\" (only peerblock's HTTP/1.1 nodes relay)",
+                );
+            }
+            let o = &self.origin;
+            real("origin.upload_mbps", o.upload_mbps, 0.001, 1e6, "Mbit/s")?;
+            real("origin.latency_ms", o.latency_ms, 0.0, MAX_LATENCY_MS, "ms")?;
+            let r = &self.relay;
+            // At least one block: a cache that cannot hold one would relay and forget.
+            let min_mib = (f.block_kib * 1024).div_ceil(1 << 20);
+            int(
+                "relay.cache_mib",
+                r.cache_mib,
+                min_mib,
+                1 << 20,
+                "MiB of relayed blocks per node, at least one block",
+            )?;
+            int(
+                "relay.max_hop",
+                r.max_hop,
+                0,
+                16,
+                "core's relay hop bound; 0 = never relay",
+            )?;
+            real(
+                "relay.node_latency_ms",
+                r.node_latency_ms,
+                0.0,
+                MAX_LATENCY_MS,
+                "ms",
+            )?;
         }
         let reserved = if l.reserve_kib == 0 {
             f.block_kib

@@ -9,7 +9,7 @@ use peerblock_core::client::{
 use peerblock_core::read::{GetId, GetOutcome};
 use peerblock_core::time::{Duration, Instant};
 
-use super::{handle_of, tid, Ev, Get, GetPath, Modelled, Phase, Reply, World};
+use super::{handle_of, relay, tid, Ev, Get, GetPath, Modelled, Phase, Reply, World};
 use crate::listener::Limit;
 use crate::metrics::GetResult;
 use crate::model::node::Health;
@@ -373,7 +373,11 @@ impl World<'_> {
         let done = self.nodes[n as usize].uplink.finished(now);
         if self.http.is_some() {
             for t in done {
-                self.http_transfer_done(t);
+                if t & relay::RELAY_TRANSFER != 0 {
+                    self.relay_transfer_done(n, t);
+                } else {
+                    self.http_transfer_done(t);
+                }
             }
             self.reschedule_uplink(n);
             return;

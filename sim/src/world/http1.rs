@@ -40,18 +40,20 @@ use peerblock_core::client::{
     BlockRequest, ClientConfig, Connection, ConnectionFate, Deadlines, Ending, ExchangeOutcome,
     ExchangeRequest, Link, RequestTimeout,
 };
-use peerblock_core::server::{ServerConfig, ServerConnection};
+use peerblock_core::server::{
+    RelayConfig, RequestId, ServerConfig, ServerConnection, SourceResult,
+};
 use peerblock_core::time::Duration;
-use peerblock_core::wire::{BlockPath, ChunkKey};
+use peerblock_core::wire::{BlockPath, ChunkKey, Hop};
 use peerblock_testkit::pump::{self, Armed, ClientStep, Written};
 
 use super::node_app::{self, Blocks, NodeApp};
 use super::stream::{ConnId, Net, Segment, Transfer};
-use super::{Ev, GetPath, World};
+use super::{relay, Ev, GetPath, World};
 use crate::listener::Limit;
 use crate::model::content::Content;
 use crate::model::node::Health;
-use crate::scenario::{Scenario, WhenFull};
+use crate::scenario::{Placement, Scenario, WhenFull};
 use crate::slab::Handle;
 use crate::trace;
 
@@ -138,6 +140,14 @@ impl Http {
             .map(|(n, h)| {
                 let mut cfg = ServerConfig::new(format!("n{n}"), h.clone());
                 cfg.idle_timeout = Duration::from_secs(s.listener.session_idle_secs.max(1));
+                if s.file.placement == Placement::Origin {
+                    // Relay-capable nodes: core decides when a miss naming the origin
+                    // is relayed, and declines at the hop bound.
+                    cfg.relay = Some(RelayConfig {
+                        max_hop: s.relay.max_hop,
+                        ..RelayConfig::default()
+                    });
+                }
                 Arc::new(cfg)
             })
             .collect();
@@ -206,12 +216,14 @@ impl World<'_> {
             Some((id, c)) => (Link::Pooled(c), id),
             None => (Link::Dial, http.net.new_conn()),
         };
-        let request = ExchangeRequest::get_validated(
-            &http.hosts[n as usize],
-            BlockRequest::new(path),
-            expected,
-            true,
-        );
+        // With content at the origin every GET names it (hop 0), so holders relay.
+        let block_request = BlockRequest {
+            path,
+            origin: (self.s.file.placement == Placement::Origin).then_some(relay::ORIGIN_URL),
+            hop: Hop(0),
+        };
+        let request =
+            ExchangeRequest::get_validated(&http.hosts[n as usize], block_request, expected, true);
         let exchange = Exchange::new(now, &http.client, request, link)
             .expect("a valid client config (the scenario's) and an encodable request");
         Box::new(HttpGet {
@@ -419,6 +431,7 @@ impl World<'_> {
         }
         side.conn.close(now, node.admission.core_mut());
         self.reschedule_uplink(n);
+        self.relay_conn_closed(n, conn);
     }
 
     /// Pumps node `n`'s connection `conn`: the node application answers the machine's
@@ -447,6 +460,9 @@ impl World<'_> {
             corrupt: node.corrupt,
             keys: &mut node.keys,
             nominal: &nominal,
+            relays: self.relay.as_mut(),
+            relayed: Vec::new(),
+            timed_out: Vec::new(),
         };
         let mut uplink_changed = false;
         let (queue, metrics, trace) = (&mut self.queue, &mut self.metrics, &mut self.trace);
@@ -515,6 +531,10 @@ impl World<'_> {
             },
         );
         side.nominal = nominal.get();
+        let (relayed, timed_out) = (
+            std::mem::take(&mut app.relayed),
+            std::mem::take(&mut app.timed_out),
+        );
         let finished = side.conn.is_finished();
         let epoch = side.epoch;
         if !finished {
@@ -545,6 +565,68 @@ impl World<'_> {
         if uplink_changed {
             self.reschedule_uplink(n);
         }
+        for req in timed_out {
+            self.relay_timed_out(n, conn, req);
+        }
+        for (req, request) in relayed {
+            self.relay_from_conn(n, conn, req, request);
+        }
+    }
+
+    /// The scaled body of `block` (what a `200` carries on the HTTP path).
+    pub(super) fn http_body(&self, block: u32) -> Bytes {
+        self.http
+            .as_ref()
+            .expect("http1 transport")
+            .blocks
+            .body(block)
+            .clone()
+    }
+
+    /// Node `n`'s flight answered request `req` on connection `conn` (for `block`): the
+    /// server machine gets the answer, and the connection is pumped.
+    pub(super) fn http_relay_answer(
+        &mut self,
+        n: u32,
+        conn: ConnId,
+        req: RequestId,
+        block: u32,
+        result: SourceResult,
+    ) {
+        let now = self.now;
+        let nominal = self.s.block_bytes(block);
+        let node = &mut self.nodes[n as usize];
+        let (epoch, corrupt) = (node.epoch, node.corrupt);
+        let http = self.http.as_mut().expect("http1 transport");
+        let result = match result {
+            SourceResult::Found(_) => {
+                let mut body = http.blocks.body(block).clone();
+                if corrupt {
+                    let mut wrong = bytes::BytesMut::from(&body[..]);
+                    wrong[0] ^= 0xff;
+                    body = wrong.freeze();
+                }
+                SourceResult::Found(body)
+            }
+            other => other,
+        };
+        let Some(side) = http.conns.get_mut(&(n, conn)) else {
+            return; // the connection went away meanwhile
+        };
+        if side.epoch != epoch {
+            return;
+        }
+        if matches!(result, SourceResult::Found(_)) {
+            side.nominal = nominal;
+        }
+        if side
+            .conn
+            .handle_source(now, node.admission.core_mut(), req, result)
+            .is_err()
+        {
+            return; // answered already (its source timeout)
+        }
+        self.http_pump_server(n, conn);
     }
 
     /// The upload link finished transfer `t`: the body goes out, the server machine hears

@@ -32,7 +32,9 @@ use crate::model::node::{Health, Node};
 use crate::model::reader::Reader;
 use crate::net::LatencyModel;
 use crate::queue::EventQueue;
-use crate::scenario::{AbsenceRule, Fault, HedgePolicy, Scenario, SpreadPolicy, Transport};
+use crate::scenario::{
+    AbsenceRule, Fault, HedgePolicy, Placement, Scenario, SpreadPolicy, Transport,
+};
 use crate::slab::{Handle, Slab};
 use crate::trace;
 use crate::trace::Trace;
@@ -41,6 +43,7 @@ mod get;
 mod http1;
 mod node_app;
 mod read;
+mod relay;
 mod stream;
 
 /// A progress callback: (downloads finished, downloads total, simulated seconds).
@@ -100,7 +103,9 @@ pub fn read_config(s: &Scenario) -> ReadConfig {
             AbsenceRule::NearestCloseGroup => Absence::NearestCloseGroup,
             AbsenceRule::AnyCloseGroup => Absence::AnyCloseGroup,
         },
-        origin: false,
+        // With content at the origin, a read that peers cannot serve ends at the origin
+        // itself, as `peerblock-node fetch --origin` configures it.
+        origin: s.file.placement == Placement::Origin && s.origin.reader_fallback,
         ..ReadConfig::default()
     }
 }
@@ -264,6 +269,8 @@ enum Ev {
     /// Boxed: the HTTP path's events carry bytes, and the event heap moves entries on
     /// every push and pop.
     Http(Box<http1::HttpEv>),
+    /// The relays and the origin (`file.placement = "origin"`); boxed like `Http`.
+    Relay(Box<relay::RelayEv>),
 }
 
 fn tid(h: Handle) -> u64 {
@@ -307,6 +314,8 @@ pub struct World<'s> {
     idle: Duration,
     /// The HTTP path's machines (`Some` for `transport = "http1"`).
     http: Option<http1::Http>,
+    /// The origin and the nodes' relays (`Some` for `file.placement = "origin"`).
+    relay: Option<relay::Relays>,
     metrics: Metrics,
     trace: Trace,
 }
@@ -396,6 +405,11 @@ impl<'s> World<'s> {
             sample_every,
             idle: Duration::from_secs(s.listener.session_idle_secs),
             http: (!multiplexed).then(|| http1::Http::new(s, &content)),
+            relay: (s.file.placement == Placement::Origin).then(|| {
+                // Waiters wait as long as the server waits for its source.
+                let wait = peerblock_core::server::ServerConfig::new("n", "n:7070").source_timeout;
+                relay::Relays::new(s, wait)
+            }),
             metrics: Metrics::new(nodes_n as usize, blocks as usize, r.rounds as usize),
             trace,
             content,
@@ -455,6 +469,7 @@ impl<'s> World<'s> {
         self.metrics.node_bytes = self.nodes.iter().map(|n| n.bytes_served).collect();
         self.metrics.reads_unfinished = self.reads.len() as u64;
         self.metrics.downloads_unfinished = self.downloads_total - self.downloads_done;
+        self.metrics.relay = self.relay.take().map(|r| r.metrics);
         (self.metrics, self.trace, self.now)
     }
 
@@ -534,6 +549,7 @@ impl<'s> World<'s> {
             Ev::Uplink { node, gen } => self.uplink_done(node, gen),
             Ev::Fault { step } => self.fault(step),
             Ev::Http(ev) => self.http_event(*ev),
+            Ev::Relay(ev) => self.relay_event(*ev),
             Ev::Sample => {
                 self.sample();
                 let next = self.now + self.sample_every;
@@ -567,6 +583,7 @@ impl<'s> World<'s> {
             Act::Crash => {
                 node.crash(now);
                 self.http_crash(n);
+                self.relay_crash(n);
             }
             Act::Restart => {
                 if node.health == Health::Down {

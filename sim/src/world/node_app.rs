@@ -5,7 +5,10 @@
 //!   the block's (scaled) body if the node holds it, corrupted if the node is faulty, a
 //!   miss otherwise; a silent node never answers. With `lookup_load_hints` the node counts
 //!   every GET it receives per block, as the modelled path does on arrival.
-//! - Relay: the simulated nodes do not relay; a `Relay` is answered with a miss.
+//! - Relay: with content on its close group the nodes do not relay (a `Relay` is answered
+//!   with a miss); with content at the origin (`file.placement = "origin"`) a node holds
+//!   what its relay cache holds, and a `Relay` is handed to the node's single-flight table
+//!   after the pump (module `relay`), which answers it later.
 //! - Roster requests: the simulated readers send none (their placement is known); a
 //!   `Roster` event would go unanswered until the connection's source deadline.
 //! - Metrics: the refusals the node writes ([`count_refusal`]) and the reader's
@@ -19,10 +22,11 @@ use bytes::{Bytes, BytesMut};
 use peerblock_core::client::{Ending, ExchangeError};
 use peerblock_core::load::KeyCounter;
 use peerblock_core::refusal::RefusalReason;
-use peerblock_core::server::{ServerEvent, SourceResult};
+use peerblock_core::server::{RequestId, ServerEvent, SourceRequest, SourceResult};
 use peerblock_core::time::Instant;
 use peerblock_testkit::pump::{Answer, ServerApp};
 
+use super::relay::Relays;
 use crate::listener::Limit;
 use crate::metrics::{GetResult, Metrics};
 use crate::model::content::Content;
@@ -104,6 +108,13 @@ pub(super) struct NodeApp<'a> {
     /// Set to the nominal size of the block last answered `Found` (its `200` is next out,
     /// and the upload link carries that size).
     pub(super) nominal: &'a Cell<u64>,
+    /// With content at the origin: the relays, whose caches hold what the node serves.
+    pub(super) relays: Option<&'a mut Relays>,
+    /// Relayed misses to hand to the node's flights after the pump (`ServerEvent::Relay`).
+    pub(super) relayed: Vec<(RequestId, SourceRequest)>,
+    /// Requests the server answered itself at its source timeout (they leave their
+    /// flights).
+    pub(super) timed_out: Vec<RequestId>,
 }
 
 impl ServerApp<u32> for NodeApp<'_> {
@@ -119,7 +130,12 @@ impl ServerApp<u32> for NodeApp<'_> {
                     // replies (as the modelled path does on arrival).
                     self.keys.bump(now, block);
                 }
-                let result = if self.content.holds(self.n, block) {
+                let held = match self.relays.as_mut() {
+                    // Content at the origin: a node holds what it relayed and still caches.
+                    Some(relays) => relays.serve_cached(self.n, block),
+                    None => self.content.holds(self.n, block),
+                };
+                let result = if held {
                     let mut body = self.blocks.body(block).clone();
                     if self.corrupt {
                         let mut wrong = BytesMut::from(&body[..]);
@@ -133,11 +149,21 @@ impl ServerApp<u32> for NodeApp<'_> {
                 };
                 Some(Answer::Source(id, result))
             }
-            ServerEvent::Relay { id, .. } => Some(Answer::Source(id, SourceResult::Miss)),
-            // Peer errors and source timeouts: nothing to answer; no roster requests.
-            ServerEvent::Roster { .. }
-            | ServerEvent::Rejected { .. }
-            | ServerEvent::SourceTimedOut { .. } => None,
+            ServerEvent::Relay { id, request } => {
+                if self.relays.is_none() {
+                    // Content on its close group: nodes do not relay.
+                    return Some(Answer::Source(id, SourceResult::Miss));
+                }
+                // Answered when the node's flight answers (module `relay`).
+                self.relayed.push((id, request));
+                None
+            }
+            ServerEvent::SourceTimedOut { id } => {
+                self.timed_out.push(id);
+                None
+            }
+            // Peer errors: nothing to answer; no roster requests.
+            ServerEvent::Roster { .. } | ServerEvent::Rejected { .. } => None,
         }
     }
 }

@@ -84,8 +84,14 @@ impl World<'_> {
                 Some(ReadEvent::Get { id, peer }) => self.start_get(h, id, node_of(&peer)),
                 Some(ReadEvent::Cancel { id }) => self.cancel_get(h, id),
                 Some(ReadEvent::FetchOrigin) => {
-                    // Scenarios configure no origin; answer honestly if one is ever asked.
-                    if let Some(rs) = self.reads.get_mut(h) {
+                    if self.relay.is_some() {
+                        // Content at the origin: the read's last resort goes there.
+                        let block = self.reads.get(h).map(|rs| rs.block);
+                        if let Some(block) = block {
+                            self.reader_origin_fetch(h, block);
+                        }
+                    } else if let Some(rs) = self.reads.get_mut(h) {
+                        // No origin configured; answer honestly if one is ever asked.
                         rs.machine.handle_origin(self.now, OriginOutcome::Failed);
                     }
                 }
@@ -281,6 +287,14 @@ impl World<'_> {
                 self.metrics.downloads_completed += 1;
                 self.metrics.rounds[round as usize].1 += 1;
                 self.metrics.download_ns.push(took.as_nanos() as u64);
+            }
+            if let Some(r) = self.relay.as_mut() {
+                // The wave's time: from its round's start to its last download's end.
+                let rd = &self.s.readers;
+                let start = rd.first_round_at_secs + f64::from(round) * rd.round_interval_secs;
+                let span = self.now.as_nanos().saturating_sub((start * 1e9) as u64);
+                let last = &mut r.metrics.round_span_ns[round as usize];
+                *last = (*last).max(span);
             }
             self.downloads_done += 1;
             self.active_downloads[reader as usize] -= 1;
