@@ -191,9 +191,15 @@ struct NodeRelay {
 }
 
 impl NodeRelay {
-    fn new(now: Instant, cache_bytes: u64) -> Self {
+    /// With `through_parent` (parents by placement, which cannot loop) a node's wants for
+    /// one block share a fetch whatever their hop, as the drivers' do.
+    fn new(now: Instant, cache_bytes: u64, through_parent: bool) -> Self {
+        let config = FlightConfig {
+            share_across_hops: through_parent,
+            ..FlightConfig::default()
+        };
         NodeRelay {
-            flights: RelayFlights::new(FlightConfig::default(), now)
+            flights: RelayFlights::new(config, now)
                 .expect("core's default flight bounds are valid"),
             cache: BlockCache::new(cache_bytes),
             cooldown: CooldownTable::new(CooldownConfig::default())
@@ -207,6 +213,8 @@ impl NodeRelay {
 pub(super) struct Relays {
     nodes: Vec<NodeRelay>,
     cache_bytes: u64,
+    /// `relay.through_parent`: parents by placement (flights shared across hops).
+    through_parent: bool,
     origin: Uplink,
     node_latency: Duration,
     origin_latency: Duration,
@@ -244,9 +252,10 @@ impl Relays {
         let cache_bytes = s.relay.cache_mib << 20;
         Relays {
             nodes: (0..s.cluster.nodes)
-                .map(|_| NodeRelay::new(Instant::ZERO, cache_bytes))
+                .map(|_| NodeRelay::new(Instant::ZERO, cache_bytes, s.relay.through_parent))
                 .collect(),
             cache_bytes,
+            through_parent: s.relay.through_parent,
             origin: Uplink::new(s.origin.upload_mbps * 1e6 / 8.0, f64::INFINITY),
             node_latency: ms_duration(s.relay.node_latency_ms),
             origin_latency: ms_duration(s.origin.latency_ms),
@@ -1027,7 +1036,7 @@ impl World<'_> {
             return;
         };
         let cache = r.cache_bytes;
-        r.nodes[n as usize] = NodeRelay::new(now, cache);
+        r.nodes[n as usize] = NodeRelay::new(now, cache, r.through_parent);
         r.waiters
             .retain(|_, w| !matches!(w, Waiter::Conn { node, .. } if *node == n));
     }
