@@ -756,6 +756,9 @@ impl NodeConfig {
             max_hop: l.max_hop,
             ..RelayConfig::default()
         });
+        // An object origin's chunk key must agree with its URL's identity (404 before any
+        // cache or upstream access otherwise); a wire-form origin is trusted as before.
+        s.identity = std::sync::Arc::new(crate::object::ObjectOriginIdentity);
         s
     }
 
