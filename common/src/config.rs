@@ -256,6 +256,10 @@ pub struct ListenerConfig {
     /// silent listener over HTTP/1.1 can (sessions + requests in progress at most this);
     /// `0` (the default) = none. Replays only.
     pub max_channels: usize,
+    /// A PEM file of CA certificates the relay trusts, besides the system's roots, when
+    /// it reads an `https://` object origin for a requester (`fetch URL`). Default none.
+    /// Tokio driver only: the mio relay reads plain `http://` object origins only.
+    pub relay_origin_ca: Option<std::path::PathBuf>,
 }
 
 /// `[listener] when_full`: how a full listener turns work away.
@@ -308,6 +312,7 @@ impl Default for ListenerConfig {
             connection_upload_bytes_per_second: 0,
             when_full: WhenFullKey::Refuse,
             max_channels: 0,
+            relay_origin_ca: None,
         }
     }
 }

@@ -119,7 +119,7 @@ pub enum RequestKind<'a> {
     },
     /// One byte range of an object on a plain HTTP/1.1 server (an object URL's origin,
     /// not a peer): `GET <target>` with `Range` and the object's precondition, classified
-    /// by the table in [`super::range`]. `host` is the URL's `Host` value. Takes the data
+    /// by the table on [`RangeAnswer`](super::RangeAnswer). `host` is the URL's `Host` value. Takes the data
     /// path of the breaker (a driver may give origin fetches a breakerless client).
     Range(ObjectRange<'a>),
 }

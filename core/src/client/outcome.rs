@@ -19,7 +19,7 @@
 //! | `Failed(ResponseHeaderTimeout)`, `Failed(RequestTimeout)` | soft | – | the peer was slow; may be transient |
 //! | `Failed(Status)` (500, 503 without refusal header, other) | soft | – | the peer answered but failed; may be transient |
 //! | `Failed(Closed)` (connection ended before the response did) | soft | – | a truncated response; may be transient |
-//! | `Range(..)` (an object origin's `206`, `416` empty, `200` ignoring `Range`, object changed) | answered | – | the origin answered; what it means is the read's concern (`super::range`) |
+//! | `Range(..)` (an object origin's `206`, `416` empty, `200` ignoring `Range`, object changed) | answered | – | the origin answered; what it means is the read's concern (`RangeAnswer`) |
 //!
 //! ## Feeding the breaker and cooldown table
 //!
@@ -150,7 +150,7 @@ pub enum Ending {
     },
     /// The caller cancelled (or its own deadline passed) before the exchange ended.
     Cancelled,
-    /// A `Range` request's meaningful answer (`super::range`'s table): the bytes, an
+    /// A `Range` request's meaningful answer (the table on [`RangeAnswer`](super::RangeAnswer)): the bytes, an
     /// empty object, `Range` ignored, or the object changed.
     Range(super::range::RangeAnswer),
     /// The exchange failed.

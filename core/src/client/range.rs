@@ -1,23 +1,7 @@
 //! The `Range` request kind: one byte range of an object on a plain HTTP/1.1 server (an
 //! object URL's origin), and how its answer is classified.
 //!
-//! | answer | ending |
-//! |---|---|
-//! | `206` whose `Content-Range` is exactly `bytes first-last/total` (`total` the expected one when known), validator unchanged, body exactly `len` bytes | `Range(Part { body, total, validator })` |
-//! | `206` with a `total` other than the expected one | `Range(Changed(Size))` |
-//! | `206` whose ETag (or `Last-Modified`) differs from the expected validator, or is missing | `Range(Changed(Validator))` |
-//! | `206` whose `Content-Range` is missing, malformed, overflowing, `*` for the total, or names other bytes | `Failed(Protocol(ContentRange))` |
-//! | `206` whose body is not exactly `len` bytes | `Failed(Length)` |
-//! | `200` (the server ignored `Range` and sends the whole object) | `Range(Ignored)`, at the head: the body is never read, the connection is closed |
-//! | `412` (the precondition failed: the object is another version now) | `Range(Changed(Precondition))` |
-//! | `416` with `Content-Range: bytes */0` to a range starting at 0 | `Range(Empty { validator })`: the object has no bytes |
-//! | `416` with `bytes */N` (N > 0) when the total is known and differs | `Range(Changed(Size))` |
-//! | `404` | `Miss` (absent at the origin) |
-//! | `401`, `403` | `UpstreamRefused { status }`: the origin refused the credential in the URL |
-//! | anything else | `Failed(Status)` |
-//!
-//! Every non-`206` answer is classified at its head and its connection closed: an error
-//! body is never worth a round trip of reuse, and a `200`'s body may be the whole object.
+//! The classification table is on [`RangeAnswer`].
 
 use bytes::Bytes;
 
@@ -210,8 +194,26 @@ impl std::fmt::Display for ObjectChange {
     }
 }
 
-/// How a `Range` exchange ended when the origin answered it meaningfully (see the module
-/// table; `404`, `401`/`403` and failures use the ordinary endings).
+/// How a `Range` exchange ended when the origin answered it meaningfully (`404`,
+/// `401`/`403` and failures use the ordinary endings). Every answer:
+///
+/// | answer | ending |
+/// |---|---|
+/// | `206` whose `Content-Range` is exactly `bytes first-last/total` (`total` the expected one when known), validator unchanged, body exactly `len` bytes | `Range(Part { body, total, validator })` |
+/// | `206` with a `total` other than the expected one | `Range(Changed(Size))` |
+/// | `206` whose ETag (or `Last-Modified`) differs from the expected validator, or is missing | `Range(Changed(Validator))` |
+/// | `206` whose `Content-Range` is missing, malformed, overflowing, `*` for the total, or names other bytes | `Failed(Protocol(ContentRange))` |
+/// | `206` whose body is not exactly `len` bytes | `Failed(Length)` |
+/// | `200` (the server ignored `Range` and sends the whole object) | `Range(Ignored)`, at the head: the body is never read, the connection is closed |
+/// | `412` (the precondition failed: the object is another version now) | `Range(Changed(Precondition))` |
+/// | `416` with `Content-Range: bytes */0` to a range starting at 0 | `Range(Empty { validator })`: the object has no bytes |
+/// | `416` with `bytes */N` (N > 0) when the total is known and differs | `Range(Changed(Size))` |
+/// | `404` | `Miss` (absent at the origin) |
+/// | `401`, `403` | `UpstreamRefused { status }`: the origin refused the credential in the URL |
+/// | anything else | `Failed(Status)` |
+///
+/// Every non-`206` answer is classified at its head and its connection closed: an error
+/// body is never worth a round trip of reuse, and a `200`'s body may be the whole object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RangeAnswer {
     /// The bytes asked for, exactly.
