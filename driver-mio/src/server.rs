@@ -35,7 +35,10 @@ use std::time::Duration;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Token};
 use peerblock_common::metrics::Metrics;
-use peerblock_common::relay::{parent_answer_is_final, relayed_result, upstream_of, Parent};
+use peerblock_common::object::{ObjectIdentity, Scheme};
+use peerblock_common::relay::{
+    object_origin, parent_answer_is_final, relayed_result, upstream_of, Parent,
+};
 use peerblock_common::store::{FileStore, OpenBlock, Opened, RelayVerdict};
 use peerblock_common::SharedMembership;
 use peerblock_core::client::BlockRequest;
@@ -280,6 +283,39 @@ fn start_flight(shared: &Arc<Shared>, w: &mut Worker, id: FlightId, request: &So
             peerblock_core::read::PeerView::eligible(&*peers, now, p)
         })
     });
+    if let Some(object) = object_origin(request) {
+        // An object origin: the block's parent, else the Range GET to the origin.
+        let results = shared.clone();
+        let client = relay.client.clone();
+        let relayed = RelayedFetch {
+            worker: w.me(),
+            client: relay.client.clone(),
+            store: shared.store.clone(),
+            path: request.path,
+            hop: request.hop,
+            origin,
+            then: None,
+            object: Some(Arc::new(object)),
+            answer: Box::new(move |result| flight_result(&results, client.now(), id, result)),
+        };
+        let handle = match parent {
+            Some((pid, addr)) => {
+                let peer = match pid {
+                    Some(pid) => Peer::new(pid, addr),
+                    None => Peer::from_addr(addr),
+                };
+                Some(relayed.start(w, peer))
+            }
+            None => relayed.start_range(w),
+        };
+        let mut flights = shared.flights();
+        if let Some(handle) = handle {
+            if flights.table.flight_of(&FlightKey::of(request)) == Some(id) {
+                flights.fetches.insert(id, handle);
+            }
+        }
+        return;
+    }
     let first = match (parent, at_origin.clone()) {
         (Some((id, addr)), _) => {
             let peer = match id {
@@ -305,6 +341,7 @@ fn start_flight(shared: &Arc<Shared>, w: &mut Worker, id: FlightId, request: &So
         hop: request.hop,
         origin,
         then: first.1,
+        object: None,
         answer: Box::new(move |result| flight_result(&results, client.now(), id, result)),
     };
     let handle = relayed.start(w, first.0);
@@ -1140,6 +1177,9 @@ struct RelayedFetch {
     hop: peerblock_core::wire::Hop,
     origin: Option<String>,
     then: Option<String>,
+    /// An object origin's identity: after the parent, the Range GET to the origin; a
+    /// found block checked for its length and kept in the hot-block cache only.
+    object: Option<Arc<ObjectIdentity>>,
     answer: Box<dyn FnOnce(SourceResult) + Send>,
 }
 
@@ -1164,6 +1204,14 @@ impl RelayedFetch {
                 let result = relayed_result(fetched.ending.as_ref());
                 let path = self.path;
                 tracing::debug!(%path, upstream = %peer.addr, outcome = fetched.describe(), "relayed");
+                if self.object.is_some() && !self.object_answer_is_final(&result) {
+                    let worker = self.worker.clone();
+                    worker.run(move |w| {
+                        // The parent could not serve it: the origin's Range GET.
+                        let _ = self.start_range(w);
+                    });
+                    return;
+                }
                 if !parent_answer_is_final(&result) {
                     if let Some(origin) = self.then.clone() {
                         let worker = self.worker.clone();
@@ -1180,8 +1228,69 @@ impl RelayedFetch {
         )
     }
 
+    /// The expected length of this object block (`None` without an object or past its
+    /// end).
+    fn object_len(&self) -> Option<u64> {
+        self.object
+            .as_ref()?
+            .block_range(self.path.index)
+            .map(|(_, len)| len)
+    }
+
+    /// Whether the parent's answer for an object block is final: a block of the exact
+    /// length, or a refusal passed on.
+    fn object_answer_is_final(&self, result: &SourceResult) -> bool {
+        match result {
+            SourceResult::Found(bytes) => Some(bytes.len() as u64) == self.object_len(),
+            other => parent_answer_is_final(other),
+        }
+    }
+
+    /// The Range GET of this object block from its origin (`http://` only: an
+    /// `https://` object is answered `Failed` here, the mio driver has no TLS). `None`
+    /// when no request was started (the answer is already given).
+    fn start_range(self, w: &mut Worker) -> Option<crate::RequestHandle> {
+        let object = self.object.clone()?;
+        if object.url.scheme == Scheme::Https {
+            tracing::warn!(path = %self.path, "relay: https object origins are not read by the mio driver");
+            (self.answer)(SourceResult::Failed);
+            return None;
+        }
+        let index = self.path.index;
+        if object.block_range(index).is_none() {
+            // Declined by the server's identity screen before it gets here; never asked.
+            (self.answer)(SourceResult::Miss);
+            return None;
+        }
+        let client = self.client.clone();
+        let shown = object.url.authority();
+        client.range_from(
+            w,
+            &object,
+            index,
+            Box::new(move |fetched| {
+                let result = relayed_result(fetched.ending.as_ref());
+                tracing::debug!(path = %self.path, origin = %shown, outcome = fetched.describe(), "relayed from the object origin");
+                self.finish(result);
+            }),
+        )
+    }
+
     /// Validates a found block before it is answered (and stored when it may be).
     fn finish(self, result: SourceResult) {
+        if let Some(len) = self.object_len() {
+            // An object block: its exact length, then the hot-block cache (never stored).
+            let result = match result {
+                SourceResult::Found(bytes) if bytes.len() as u64 == len => {
+                    self.store.cache_insert(self.path, &bytes);
+                    SourceResult::Found(bytes)
+                }
+                SourceResult::Found(_) => SourceResult::Failed,
+                other => other,
+            };
+            (self.answer)(result);
+            return;
+        }
         let answer = self.answer;
         match result {
             SourceResult::Found(bytes) => {

@@ -268,14 +268,23 @@ fn sha256_hex(data: &[u8]) -> String {
         .collect()
 }
 
-/// Three relaying nodes that know each other (`extra` flags for each).
-fn cluster(tag: &str, extra: &[&str]) -> (Vec<TempDir>, Vec<Node>) {
+/// Three relaying nodes that know each other: `config` appended to a configuration with
+/// roster rounds every second (so that every node knows all three soon), `extra` flags.
+fn cluster(tag: &str, config: &str, extra: &[&str]) -> (Vec<TempDir>, Vec<Node>) {
     let stores: Vec<TempDir> = (0..3)
         .map(|i| TempDir::new(&format!("{tag}-{i}")))
         .collect();
-    let a = Node::start(&stores[0].0, &[], extra);
-    let b = Node::start(&stores[1].0, &[&a.addr], extra);
-    let c = Node::start(&stores[2].0, &[&a.addr], extra);
+    let path = stores[0].join("node.toml");
+    std::fs::write(
+        &path,
+        format!("[roster]\ninterval = \"1s\"\njitter = \"100ms\"\n{config}"),
+    )
+    .unwrap();
+    let mut flags = vec!["--config", path.to_str().unwrap()];
+    flags.extend_from_slice(extra);
+    let a = Node::start(&stores[0].0, &[], &flags);
+    let b = Node::start(&stores[1].0, &[&a.addr], &flags);
+    let c = Node::start(&stores[2].0, &[&a.addr], &flags);
     let nodes = vec![a, b, c];
     for n in &nodes {
         n.wait_members(3);
@@ -300,7 +309,7 @@ fn a_5_mb_object_is_read_by_url_through_the_cluster_byte_exact() {
         return;
     };
     let data = random_file(&nginx.www("big.bin"), 5 * 1000 * 1000, 7);
-    let (_stores, nodes) = cluster("url", &[]);
+    let (_stores, nodes) = cluster("url", "", &[]);
     let dir = TempDir::new("url-out");
     let out = dir.join("big.bin");
     let url = nginx.url("http", "big.bin");
@@ -358,6 +367,37 @@ fn a_5_mb_object_is_read_by_url_through_the_cluster_byte_exact() {
     assert!(!wrong.exists(), "nothing at the output name");
 }
 
+/// Rule: the same on the mio driver: its relays read the object origin (plain http)
+/// through core's Range exchange, and the blocks are hot for a second reader.
+#[test]
+fn on_the_mio_driver_an_object_is_read_by_url_through_the_cluster() {
+    let Some(nginx) = Nginx::start(None) else {
+        return;
+    };
+    let data = random_file(&nginx.www("m.bin"), 2_000_000, 11);
+    let (_stores, nodes) = cluster("url-mio", "", &["--driver", "mio", "--threads", "2"]);
+    let dir = TempDir::new("url-mio-out");
+    let url = nginx.url("http", "m.bin");
+    let hash = sha256_hex(&data);
+    let args = ["--block-size", "256KiB", "--sha256", hash.as_str()];
+    let out = dir.join("m.bin");
+    let fetched = fetch(&url, &nodes[0].addr, &out, &args);
+    let (stdout, stderr) = text(&fetched);
+    assert!(fetched.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(std::fs::read(&out).unwrap(), data);
+    let before = nginx.requests_for("/m.bin");
+    let second = dir.join("second.bin");
+    let fetched = fetch(&url, &nodes[1].addr, &second, &args);
+    let (stdout, stderr) = text(&fetched);
+    assert!(fetched.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(std::fs::read(&second).unwrap(), data);
+    assert_eq!(
+        nginx.requests_for("/m.bin") - before,
+        1,
+        "the second reader asked the origin more than its probe: {stdout}"
+    );
+}
+
 /// Rule: an https object is read through rustls with `--origin-ca` (the relays trust the
 /// same CA through `[listener] relay_origin_ca`); without the CA the read fails.
 #[test]
@@ -370,16 +410,11 @@ fn an_https_object_is_read_with_the_test_ca() {
         return;
     };
     let data = random_file(&nginx.www("s.bin"), 1_500_000, 9);
-    let config = tls_dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[listener]\nrelay_origin_ca = {:?}\n",
-            tls.ca.to_str().unwrap()
-        ),
-    )
-    .unwrap();
-    let (_stores, nodes) = cluster("url-tls", &["--config", config.to_str().unwrap()]);
+    let config = format!(
+        "[listener]\nrelay_origin_ca = {:?}\n",
+        tls.ca.to_str().unwrap()
+    );
+    let (_stores, nodes) = cluster("url-tls", &config, &[]);
     let out = tls_dir.join("s.out");
     let url = nginx.url("https", "s.bin");
     let fetched = fetch(
@@ -429,7 +464,7 @@ fn every_origin_failure_is_said_and_nothing_is_written() {
     f.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000))
         .unwrap();
     drop(f);
-    let (_stores, nodes) = cluster("url-fail", &[]);
+    let (_stores, nodes) = cluster("url-fail", "", &[]);
     let dir = TempDir::new("url-fail-out");
     let seed = &nodes[0].addr;
     let bs = ["--block-size", "64KiB"];
