@@ -206,30 +206,45 @@ impl ObjectClient {
         let started = std::time::Instant::now();
         self.inner.fetches.fetch_add(1, Ordering::Relaxed);
         let key = format!("{}://{}", url.scheme.as_str(), url.authority());
-        let pooled = {
-            let mut idle = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
-            idle.get_mut(&key).and_then(Vec::pop)
-        };
         let host = url.host_header();
-        let (link, stream) = match pooled {
-            Some((s, c)) => (Link::Pooled(c), Some(s)),
-            None => (Link::Dial, None),
-        };
-        let exchange = match Exchange::new(
-            self.now(),
-            &self.inner.config,
-            ExchangeRequest::range(&host, range),
-            link,
-        ) {
-            Ok(e) => e,
-            Err(e) => {
-                return RangeFetched {
-                    ending: Err(format!("the range request cannot be sent: {e}")),
-                    elapsed: started.elapsed(),
+        let mut allow_pool = true;
+        let (mut exchange, ending, fate, stream) = loop {
+            let pooled = if allow_pool {
+                let mut idle = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+                idle.get_mut(&key).and_then(Vec::pop)
+            } else {
+                None
+            };
+            let was_pooled = pooled.is_some();
+            let (link, stream) = match pooled {
+                Some((s, c)) => (Link::Pooled(c), Some(s)),
+                None => (Link::Dial, None),
+            };
+            let exchange = match Exchange::new(
+                self.now(),
+                &self.inner.config,
+                ExchangeRequest::range(&host, range),
+                link,
+            ) {
+                Ok(e) => e,
+                Err(e) => {
+                    return RangeFetched {
+                        ending: Err(format!("the range request cannot be sent: {e}")),
+                        elapsed: started.elapsed(),
+                    }
                 }
+            };
+            let (exchange, ending, fate, retry_fresh, stream) =
+                self.drive(url, exchange, stream).await;
+            if retry_fresh && was_pooled {
+                // The origin retired the idle connection as we reused it (its keep-alive
+                // timeout): once more on a fresh dial, as HTTP clients do.
+                tracing::debug!(origin = %url.authority(), "idle origin connection retired: retrying fresh");
+                allow_pool = false;
+                continue;
             }
+            break (exchange, ending, fate, stream);
         };
-        let (mut exchange, ending, fate, stream) = self.drive(url, exchange, stream).await;
         if let Ending::Range(RangeAnswer::Part { body, .. }) = &ending {
             self.inner
                 .bytes
@@ -271,13 +286,13 @@ impl ObjectClient {
     }
 
     /// Runs `exchange` to its end; returns it (for `take_connection`), the ending, the
-    /// connection's fate and the stream.
+    /// connection's fate, whether a fresh retry is due (`retry_fresh`) and the stream.
     async fn drive(
         &self,
         url: &ObjectUrl,
         mut exchange: Exchange,
         mut stream: Option<OriginStream>,
-    ) -> (Exchange, Ending, ConnectionFate, Option<OriginStream>) {
+    ) -> (Exchange, Ending, ConnectionFate, bool, Option<OriginStream>) {
         let clock = &self.inner.clock;
         if stream.is_none() && !exchange.is_finished() {
             let mut dial = std::pin::pin!(self.dial(url));
@@ -331,7 +346,13 @@ impl ObjectClient {
                     // Range exchanges never ask for validation.
                     ClientEvent::Validate { .. } => exchange.handle_validated(self.now(), true),
                     ClientEvent::Done(outcome) => {
-                        return (exchange, outcome.ending, outcome.connection, stream)
+                        return (
+                            exchange,
+                            outcome.ending,
+                            outcome.connection,
+                            outcome.retry_fresh,
+                            stream,
+                        )
                     }
                 }
             }
