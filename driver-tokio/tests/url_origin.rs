@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::procs::{fetch, random_file, Node, TempDir};
+use common::procs::{fetch, random_file, run, Node, TempDir};
 use sha2::Digest;
 
 /// Where Debian installs nginx (not always on a non-root PATH).
@@ -564,4 +564,85 @@ fn a_relay_answers_404_when_the_key_does_not_agree_with_the_url() {
     );
     // The cached block 1 was not served for them, and the origin was not asked.
     assert_eq!(nginx.requests_for("/k.bin"), requests);
+}
+
+/// Rule: `fetch URL`'s usage errors exit 2 before anything is asked: a fragment in the
+/// URL, another scheme, `--origin` with a URL, URL-only options with a chunk key, a hash
+/// that is not 64 hex digits, both hashes at once.
+#[test]
+fn fetch_url_usage_errors_exit_2() {
+    let dir = TempDir::new("url-usage");
+    let out = dir.join("o.bin");
+    let o = out.to_str().unwrap();
+    let chunk = "ab".repeat(32);
+    let cases: [&[&str]; 6] = [
+        &[
+            "fetch",
+            "http://127.0.0.1:1/o#x",
+            "--seed",
+            "127.0.0.1:1",
+            "-o",
+            o,
+        ],
+        &[
+            "fetch",
+            "http://127.0.0.1:1/o",
+            "--origin",
+            "http://127.0.0.1:1",
+            "--seed",
+            "127.0.0.1:1",
+            "-o",
+            o,
+        ],
+        &[
+            "fetch",
+            &chunk,
+            "--sha256",
+            &"0".repeat(64),
+            "--seed",
+            "127.0.0.1:1",
+            "-o",
+            o,
+        ],
+        &[
+            "fetch",
+            "http://127.0.0.1:1/o",
+            "--sha256",
+            "xyz",
+            "--seed",
+            "127.0.0.1:1",
+            "-o",
+            o,
+        ],
+        &[
+            "fetch",
+            "http://127.0.0.1:1/o",
+            "--sha256",
+            &"0".repeat(64),
+            "--blake3",
+            &"0".repeat(64),
+            "--seed",
+            "127.0.0.1:1",
+            "-o",
+            o,
+        ],
+        &[
+            "fetch",
+            "http://u@127.0.0.1:1/o",
+            "--seed",
+            "127.0.0.1:1",
+            "-o",
+            o,
+        ],
+    ];
+    for args in cases {
+        let got = run(args, Duration::from_secs(30));
+        assert_eq!(
+            got.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&got.stderr)
+        );
+        assert!(!out.exists());
+    }
 }
