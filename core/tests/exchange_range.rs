@@ -445,3 +445,42 @@ impl RangeOf for ExchangeOutcome {
         }
     }
 }
+
+mod props {
+    use peerblock_core::client::{ContentRange, ContentRangeError};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_well_formed_content_range_parses_to_its_numbers(
+            total in 1u64.., a in any::<u64>(), b in any::<u64>()
+        ) {
+            let (first, last) = (a % total, b % total);
+            let (first, last) = (first.min(last), first.max(last));
+            let v = format!("bytes {first}-{last}/{total}");
+            prop_assert_eq!(
+                ContentRange::parse(v.as_bytes()),
+                Ok(ContentRange::Bytes { first, last, total })
+            );
+        }
+
+        #[test]
+        fn no_content_range_makes_the_parser_panic_or_accept_an_inconsistent_range(
+            v in proptest::collection::vec(any::<u8>(), 0..64)
+        ) {
+            match ContentRange::parse(&v) {
+                Ok(ContentRange::Bytes { first, last, total }) => {
+                    prop_assert!(first <= last && last < total)
+                }
+                Ok(ContentRange::Unsatisfied { .. }) | Err(_) => {}
+            }
+        }
+
+        #[test]
+        fn any_number_past_u64_is_an_overflow(extra in 1u64..1000) {
+            let big = u128::from(u64::MAX) + u128::from(extra);
+            let v = format!("bytes 0-1/{big}");
+            prop_assert_eq!(ContentRange::parse(v.as_bytes()), Err(ContentRangeError::Overflow));
+        }
+    }
+}
