@@ -391,17 +391,9 @@ impl RunningNode {
             // Object origins (`fetch URL`): plain http, and https through rustls with the
             // system's roots plus `[listener] relay_origin_ca`.
             let tls = crate::origin::tls_config(config.listener.relay_origin_ca.as_deref())
-                .map_err(|e| NodeError::Failed(format!("[listener] relay_origin_ca: {e}")));
-            let tls = match (tls, &config.listener.relay_origin_ca) {
-                (Ok(tls), _) => Some(tls),
-                (Err(e), Some(_)) => return Err(e),
-                (Err(e), None) => {
-                    tracing::warn!(error = %e, "relay: no TLS roots: https object origins will fail");
-                    None
-                }
-            };
+                .map_err(|e| NodeError::Failed(format!("[listener] relay_origin_ca: {e}")))?;
             let objects =
-                crate::origin::ObjectClient::new(config.client_config(), parts.clock, tls);
+                crate::origin::ObjectClient::new(config.client_config(), parts.clock, Some(tls));
             let relay = RelaySource::new(parts.store, upstream, None)
                 .with_object_client(objects)
                 .with_parent(parent)
