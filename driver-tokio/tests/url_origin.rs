@@ -131,7 +131,9 @@ fn make_tls(dir: &Path) -> Option<Tls> {
 /// (`Range: bytes=0-0`) and answers 403 to every block, as an expiring presigned link
 /// would; `/norange/` ignores `Range` (`max_ranges 0`); `/changing/` serves the probe
 /// from `v1/` and the blocks from `v2/` (same size, another ETag), as if the object were
-/// replaced between the probe and the reads.
+/// replaced between the probe and the reads; `/dropping/` serves the probe and closes
+/// every other connection without an answer (`return 444`), as an origin that went down
+/// after the probe.
 struct Nginx {
     child: Child,
     port: u16,
@@ -148,6 +150,7 @@ impl Nginx {
         };
         let dir = TempDir::new("nginx");
         for sub in [
+            "www/dropping",
             "www",
             "tmp",
             "www/v1",
@@ -190,6 +193,9 @@ http {{
             if ($http_range != "bytes=0-0") {{ return 403; }}
         }}
         location /norange/ {{ max_ranges 0; }}
+        location /dropping/ {{
+            if ($http_range != "bytes=0-0") {{ return 444; }}
+        }}
         location /changing/ {{
             if ($http_range = "bytes=0-0") {{ rewrite ^/changing/(.*)$ /v1/$1 last; }}
             rewrite ^/changing/(.*)$ /v2/$1 last;
@@ -442,8 +448,8 @@ fn an_https_object_is_read_with_the_test_ca() {
     assert!(!untrusted.exists());
 }
 
-/// Rules of the failures, one cluster for all: origin down → `unavailable` (never
-/// absent); 404 → absent at origin; 403 on the probe and 403 on the blocks only (passed
+/// Rules of the failures, one cluster for all: origin down, at the probe or after it, →
+/// `unavailable` (never absent); 404 → absent at origin; 403 on the probe and 403 on the blocks only (passed
 /// on by the relays as 502 + X-DART-Upstream-Status) → "origin refused (403)"; the object
 /// changed between the probe and the reads → an error naming the validator; `Range`
 /// ignored → an error naming it. Nothing is written at the output name in any of them.
@@ -454,6 +460,7 @@ fn every_origin_failure_is_said_and_nothing_is_written() {
     };
     random_file(&nginx.www("probe-only/p.bin"), 300_000, 1);
     random_file(&nginx.www("norange/n.bin"), 300_000, 2);
+    random_file(&nginx.www("dropping/d.bin"), 300_000, 6);
     random_file(&nginx.www("v1/c.bin"), 300_000, 3);
     random_file(&nginx.www("v2/c.bin"), 300_000, 4);
     // Another version: same size, another modification time, so another ETag.
@@ -484,6 +491,11 @@ fn every_origin_failure_is_said_and_nothing_is_written() {
     assert!(
         e.contains("unavailable") && !e.contains("absent"),
         "down: {e}"
+    );
+    let e = case(&nginx.url("http", "dropping/d.bin"), "dropping");
+    assert!(
+        e.contains("unavailable") && !e.contains("absent"),
+        "down after the probe: {e}"
     );
     let e = case(&nginx.url("http", "missing.bin"), "missing");
     assert!(e.contains("absent at origin"), "404: {e}");
