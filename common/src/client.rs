@@ -209,6 +209,8 @@ impl OutcomeClass {
         use peerblock_core::client::ExchangeError as E;
         match ending {
             Ending::Block(_) | Ending::Roster(_) => OutcomeClass::Ok,
+            Ending::Range(answer) if !answer.is_error() => OutcomeClass::Ok,
+            Ending::Range(_) => OutcomeClass::Unavailable,
             Ending::Miss => OutcomeClass::Absent,
             Ending::Refused(_) => OutcomeClass::Busy,
             Ending::Cancelled => OutcomeClass::Cancelled,

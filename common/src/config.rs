@@ -256,6 +256,10 @@ pub struct ListenerConfig {
     /// silent listener over HTTP/1.1 can (sessions + requests in progress at most this);
     /// `0` (the default) = none. Replays only.
     pub max_channels: usize,
+    /// A PEM file of CA certificates the relay trusts, besides the system's roots, when
+    /// it reads an `https://` object origin for a requester (`fetch URL`). Default none.
+    /// Tokio driver only: the mio relay reads plain `http://` object origins only.
+    pub relay_origin_ca: Option<std::path::PathBuf>,
 }
 
 /// `[listener] when_full`: how a full listener turns work away.
@@ -308,6 +312,7 @@ impl Default for ListenerConfig {
             connection_upload_bytes_per_second: 0,
             when_full: WhenFullKey::Refuse,
             max_channels: 0,
+            relay_origin_ca: None,
         }
     }
 }
@@ -776,6 +781,9 @@ impl NodeConfig {
             max_hop: l.max_hop,
             ..RelayConfig::default()
         });
+        // An object origin's chunk key must agree with its URL's identity (404 before any
+        // cache or upstream access otherwise); a wire-form origin is trusted as before.
+        s.identity = std::sync::Arc::new(crate::object::ObjectOriginIdentity);
         s
     }
 

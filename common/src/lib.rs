@@ -26,6 +26,7 @@ pub mod client;
 pub mod config;
 pub mod manifest;
 pub mod metrics;
+pub mod object;
 pub mod read;
 pub mod relay;
 pub mod relay_cache;

@@ -3,7 +3,7 @@
 //! ([`relayed_result`]). The table of that mapping, and why a relay's client has no
 //! breaker, is in `peerblock_tokio::relay`'s docs (docs/node.md too).
 
-use peerblock_core::client::{placement_members, Ending, ExchangeError};
+use peerblock_core::client::{placement_members, Ending, ExchangeError, RangeAnswer};
 use peerblock_core::placement::{owners, PeerId};
 use peerblock_core::server::{SourceRequest, SourceResult};
 use peerblock_core::wire::BlockPath;
@@ -123,14 +123,31 @@ pub fn upstream_of(
     (origin, upstream)
 }
 
-/// The `HOST:PORT` of an origin URL (`http://HOST:PORT[/path]`), or `None` if it is not
-/// one.
+/// The `HOST:PORT` of a wire-form origin URL (`http://HOST:PORT[/path]`), or `None` if it
+/// is not one. An object origin (an URL whose fragment is `#peerblock-object=...`,
+/// [`crate::object`]) is not a wire-form origin: it has no authority here, and a relay
+/// reads it by byte ranges instead ([`object_origin`]).
 pub fn origin_authority(origin: &str) -> Option<&str> {
+    if origin
+        .split_once('#')
+        .is_some_and(|(_, f)| f.starts_with(crate::object::FRAGMENT_PREFIX))
+    {
+        return None;
+    }
     let rest = origin.strip_prefix("http://")?;
     let authority = rest.split('/').next()?;
     let (host, port) = authority.rsplit_once(':')?;
     let port_ok = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
     (!host.is_empty() && port_ok).then_some(authority)
+}
+
+/// The object identity of a relayed request's origin, if it names an object origin
+/// (`None` for a wire-form origin, a malformed identity or no origin: core's screen has
+/// already declined a malformed one with 404 when the node's `ServerConfig::identity` is
+/// [`crate::object::ObjectOriginIdentity`]).
+pub fn object_origin(request: &SourceRequest) -> Option<crate::object::ObjectIdentity> {
+    let origin = std::str::from_utf8(request.origin.as_deref()?).ok()?;
+    crate::object::parse_origin(origin).ok().flatten()
 }
 
 /// Maps an upstream exchange's ending onto the answer for the requester (the table in
@@ -148,6 +165,8 @@ pub fn relayed_result(ending: Option<&Ending>) -> SourceResult {
         Some(Ending::Failed(ExchangeError::Status(status @ (401 | 403)))) => {
             SourceResult::UpstreamRefused { status: *status }
         }
+        // An object origin's bytes (their length is the caller's to check).
+        Some(Ending::Range(RangeAnswer::Part { body, .. })) => SourceResult::Found(body.clone()),
         _ => SourceResult::Failed,
     }
 }
@@ -299,6 +318,15 @@ mod tests {
         assert_eq!(origin_authority("https://127.0.0.1:7070"), None);
         assert_eq!(origin_authority("http://127.0.0.1"), None);
         assert_eq!(origin_authority("http://:80"), None);
+        assert_eq!(
+            origin_authority("http://127.0.0.1:8080/o#peerblock-object=v1;size=1;bs=1;validator="),
+            None,
+            "an object origin is not a wire-form origin"
+        );
+        assert_eq!(
+            origin_authority("http://127.0.0.1:8080/o#other"),
+            Some("127.0.0.1:8080")
+        );
         assert_eq!(origin_authority("127.0.0.1:80"), None);
     }
 

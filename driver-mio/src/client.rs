@@ -140,6 +140,17 @@ enum Kind {
         /// The caller's id, advertised address and signed record header.
         caller: Option<(String, String, Option<String>)>,
     },
+    /// One byte range of an object on a plain HTTP/1.1 origin (`http://` only).
+    Range {
+        /// The `Host` header.
+        host: String,
+        /// Path and query.
+        target: String,
+        start: u64,
+        len: u64,
+        total: Option<u64>,
+        validator: Option<String>,
+    },
 }
 
 /// The callback a submitted request ends with (on the peer's worker thread).
@@ -160,7 +171,7 @@ struct Job {
 impl Job {
     fn path(&self) -> BreakerPath {
         match self.kind {
-            Kind::Block { .. } => BreakerPath::Data,
+            Kind::Block { .. } | Kind::Range { .. } => BreakerPath::Data,
             Kind::Roster { .. } => BreakerPath::Roster,
         }
     }
@@ -358,6 +369,31 @@ impl Client {
     ) -> RequestHandle {
         let job = self.job(peer, block_kind(block, &opts), opts.deadline, opts.progress);
         self.start_from(w, job, done)
+    }
+
+    /// Block `index` of `object` by a `Range` GET to its origin (`http://` only: the
+    /// caller answers an `https://` object itself), from code running on worker `w`. The
+    /// ending is core's `Range` classification (`Ending::Range`, `Miss`,
+    /// `UpstreamRefused`, `Failed`); `None` when the index is past the object's end.
+    pub(crate) fn range_from(
+        &self,
+        w: &mut Worker,
+        object: &peerblock_common::object::ObjectIdentity,
+        index: u64,
+        done: Done,
+    ) -> Option<RequestHandle> {
+        let (start, len) = object.block_range(index)?;
+        let peer = Peer::from_addr(object.url.authority());
+        let kind = Kind::Range {
+            host: object.url.host_header(),
+            target: object.url.target(),
+            start,
+            len,
+            total: Some(object.size),
+            validator: (!object.validator.is_empty()).then(|| object.validator.clone()),
+        };
+        let job = self.job(&peer, kind, None, None);
+        Some(self.start_from(w, job, done))
     }
 
     /// A roster fetch from code running on worker `w`.
@@ -725,6 +761,23 @@ fn new_exchange(
             });
             ExchangeRequest::roster(host, caller)
         }
+        Kind::Range {
+            host,
+            target,
+            start,
+            len,
+            total,
+            validator,
+        } => ExchangeRequest::range(
+            host,
+            peerblock_core::client::ObjectRange {
+                target,
+                start: *start,
+                len: *len,
+                total: *total,
+                validator: validator.as_deref(),
+            },
+        ),
     };
     let request = match job.deadline {
         Some(d) => request.with_deadline(d),

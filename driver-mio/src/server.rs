@@ -35,7 +35,10 @@ use std::time::Duration;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Token};
 use peerblock_common::metrics::{Metrics, RelayCounters};
-use peerblock_common::relay::{parent_answer_is_final, relayed_result, upstream_of, Parent};
+use peerblock_common::object::{ObjectIdentity, Scheme};
+use peerblock_common::relay::{
+    object_origin, parent_answer_is_final, relayed_result, upstream_of, Parent,
+};
 use peerblock_common::store::{FileStore, OpenBlock, Opened, RelayVerdict};
 use peerblock_common::SharedMembership;
 use peerblock_core::client::BlockRequest;
@@ -327,6 +330,44 @@ fn start_flight(shared: &Arc<Shared>, w: &mut Worker, id: FlightId, request: &So
             peerblock_core::read::PeerView::eligible(&*peers, now, p)
         })
     });
+    if let Some(object) = object_origin(request) {
+        // An object origin: the block's parent, else the Range GET to the origin.
+        let results = shared.clone();
+        let client = relay.client.clone();
+        let relayed = RelayedFetch {
+            counters: relay.counters.clone(),
+            // `start_range` counts its own origin fetch.
+            to_origin: false,
+            shared: shared.clone(),
+            request: request.clone(),
+            worker: w.me(),
+            client: relay.client.clone(),
+            store: shared.store.clone(),
+            path: request.path,
+            hop: request.hop,
+            origin,
+            then: None,
+            object: Some(Arc::new(object)),
+            answer: Box::new(move |result| flight_result(&results, client.now(), id, result)),
+        };
+        let handle = match parent {
+            Some((pid, addr)) => {
+                let peer = match pid {
+                    Some(pid) => Peer::new(pid, addr),
+                    None => Peer::from_addr(addr),
+                };
+                Some(relayed.start(w, peer))
+            }
+            None => relayed.start_range(w),
+        };
+        let mut flights = shared.flights();
+        if let Some(handle) = handle {
+            if flights.table.flight_of(&flights.table.key_of(request)) == Some(id) {
+                flights.fetches.insert(id, handle);
+            }
+        }
+        return;
+    }
     let first = match (parent, at_origin.clone()) {
         (Some((id, addr)), _) => {
             let peer = match id {
@@ -356,6 +397,7 @@ fn start_flight(shared: &Arc<Shared>, w: &mut Worker, id: FlightId, request: &So
         hop: request.hop,
         origin,
         then: first.1,
+        object: None,
         answer: Box::new(move |result| flight_result(&results, client.now(), id, result)),
     };
     let handle = relayed.start(w, first.0);
@@ -1176,6 +1218,9 @@ struct RelayedFetch {
     hop: peerblock_core::wire::Hop,
     origin: Option<String>,
     then: Option<String>,
+    /// An object origin's identity: after the parent, the Range GET to the origin; a
+    /// found block checked for its length and kept in the hot-block cache only.
+    object: Option<Arc<ObjectIdentity>>,
     answer: Box<dyn FnOnce(SourceResult) + Send>,
     counters: RelayCounters,
     /// Whether this fetch asks the origin (not the block's parent).
@@ -1216,6 +1261,14 @@ impl RelayedFetch {
                     self.counters.origin_bytes.inc_by(bytes.len() as u64);
                 }
                 tracing::debug!(%path, upstream = %peer.addr, outcome = fetched.describe(), "relayed");
+                if self.object.is_some() && !self.object_answer_is_final(&result) {
+                    let worker = self.worker.clone();
+                    worker.run(move |w| {
+                        // The parent could not serve it: the origin's Range GET.
+                        let _ = self.start_range(w);
+                    });
+                    return;
+                }
                 if !parent_answer_is_final(&result) {
                     if let Some(origin) = self.then.clone() {
                         let worker = self.worker.clone();
@@ -1236,12 +1289,79 @@ impl RelayedFetch {
         )
     }
 
+    /// The expected length of this object block (`None` without an object or past its
+    /// end).
+    fn object_len(&self) -> Option<u64> {
+        self.object
+            .as_ref()?
+            .block_range(self.path.index)
+            .map(|(_, len)| len)
+    }
+
+    /// Whether the parent's answer for an object block is final: a block of the exact
+    /// length, or a refusal passed on.
+    fn object_answer_is_final(&self, result: &SourceResult) -> bool {
+        match result {
+            SourceResult::Found(bytes) => Some(bytes.len() as u64) == self.object_len(),
+            other => parent_answer_is_final(other),
+        }
+    }
+
+    /// The Range GET of this object block from its origin (`http://` only: an
+    /// `https://` object is answered `Failed` here, the mio driver has no TLS). `None`
+    /// when no request was started (the answer is already given).
+    fn start_range(self, w: &mut Worker) -> Option<crate::RequestHandle> {
+        let object = self.object.clone()?;
+        if object.url.scheme == Scheme::Https {
+            tracing::warn!(path = %self.path, "relay: https object origins are not read by the mio driver");
+            (self.answer)(SourceResult::Failed);
+            return None;
+        }
+        let index = self.path.index;
+        if object.block_range(index).is_none() {
+            // Declined by the server's identity screen before it gets here; never asked.
+            (self.answer)(SourceResult::Miss);
+            return None;
+        }
+        let client = self.client.clone();
+        let shown = object.url.authority();
+        self.counters.origin_fetches.inc();
+        client.range_from(
+            w,
+            &object,
+            index,
+            Box::new(move |fetched| {
+                let result = relayed_result(fetched.ending.as_ref());
+                if let SourceResult::Found(bytes) = &result {
+                    self.counters.origin_bytes.inc_by(bytes.len() as u64);
+                }
+                tracing::debug!(path = %self.path, origin = %shown, outcome = fetched.describe(), "relayed from the object origin");
+                self.finish(result);
+            }),
+        )
+    }
+
     /// Validates a found block before it is answered (and cached when it may be). A block
     /// `i` of a chunk whose manifest is not here has the manifest (block 0, checked
     /// against the key, one fetch per chunk through the single-flight table) fetched
     /// first, then is checked again; if the manifest cannot be had, the block is served
-    /// unchecked (the reader validates it) and cached nowhere.
+    /// unchecked (the reader validates it) and cached nowhere. A block of an object
+    /// origin has its exact length checked instead.
     fn finish(self, result: SourceResult) {
+        if let Some(len) = self.object_len() {
+            // An object block: its exact length (no manifest to check it against), then
+            // the relay cache and the hot-block cache (never imported content).
+            let result = match result {
+                SourceResult::Found(bytes) if bytes.len() as u64 == len => {
+                    crate::store_writer::keep_checked(&self.store, self.path, bytes.clone());
+                    SourceResult::Found(bytes)
+                }
+                SourceResult::Found(_) => SourceResult::Failed,
+                other => other,
+            };
+            (self.answer)(result);
+            return;
+        }
         let SourceResult::Found(bytes) = result else {
             (self.answer)(result);
             return;

@@ -24,7 +24,10 @@ const QUEUE: usize = 64;
 /// The continuation of a relayed block: runs with the validation verdict.
 pub(crate) type Then = Box<dyn FnOnce(RelayVerdict) + Send>;
 
-type Job = (FileStore, BlockPath, Bytes, Then);
+/// A queued block: its store, path and bytes, whether the relay has validated it already
+/// (an object origin's block, length-checked: there is no manifest to check it against),
+/// and the continuation.
+type Job = (FileStore, BlockPath, Bytes, bool, Then);
 
 fn writer() -> &'static SyncSender<Job> {
     static WRITER: OnceLock<SyncSender<Job>> = OnceLock::new();
@@ -33,8 +36,12 @@ fn writer() -> &'static SyncSender<Job> {
         let spawned = std::thread::Builder::new()
             .name("peerblock-mio-store".into())
             .spawn(move || {
-                for (store, path, bytes, then) in rx {
-                    let verdict = store.check_relayed(&path, &bytes);
+                for (store, path, bytes, checked, then) in rx {
+                    let verdict = if checked {
+                        RelayVerdict::Store
+                    } else {
+                        store.check_relayed(&path, &bytes)
+                    };
                     match verdict {
                         RelayVerdict::Store => {
                             store.cache_insert(path, &bytes);
@@ -75,15 +82,29 @@ pub(crate) fn check_then_put(store: &FileStore, path: BlockPath, bytes: Bytes, t
             RelayVerdict::ServeOnly
         }
     };
-    match writer().try_send((store.clone(), path, bytes, then)) {
+    match writer().try_send((store.clone(), path, bytes, false, then)) {
         Ok(()) => {}
-        Err(TrySendError::Full((store, _, bytes, then))) => {
+        Err(TrySendError::Full((store, _, bytes, _, then))) => {
             tracing::warn!(%path, "relay: the store writer is behind; block served, not stored");
             then(unqueued(&store, &bytes));
         }
-        Err(TrySendError::Disconnected((store, _, bytes, then))) => {
+        Err(TrySendError::Disconnected((store, _, bytes, _, then))) => {
             tracing::warn!(%path, "relay: no store writer; block served, not stored");
             then(unqueued(&store, &bytes));
+        }
+    }
+}
+
+/// Keeps block `path` of an object origin, already validated by the relay (its exact
+/// length: an object has no manifest), in `store`'s relay cache and hot-block cache off
+/// the worker. With the queue full or no writer it goes into the hot-block cache only.
+pub(crate) fn keep_checked(store: &FileStore, path: BlockPath, bytes: Bytes) {
+    match writer().try_send((store.clone(), path, bytes, true, Box::new(|_| {}))) {
+        Ok(()) => {}
+        Err(TrySendError::Full((store, _, bytes, ..)))
+        | Err(TrySendError::Disconnected((store, _, bytes, ..))) => {
+            tracing::warn!(%path, "relay: the store writer is behind; object block kept in memory only");
+            store.cache_insert(path, &bytes);
         }
     }
 }

@@ -468,7 +468,10 @@ async fn sleep_to(clock: &Clock, at: Option<Instant>) {
 
 /// Connects to `addr` (`HOST:PORT`), from `local_ip` when given (the first resolved
 /// address of the same family; the port is the kernel's choice).
-async fn connect(addr: &str, local_ip: Option<std::net::IpAddr>) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect(
+    addr: &str,
+    local_ip: Option<std::net::IpAddr>,
+) -> std::io::Result<TcpStream> {
     let Some(ip) = local_ip else {
         return TcpStream::connect(addr).await;
     };

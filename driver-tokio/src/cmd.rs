@@ -412,7 +412,15 @@ impl RunningNode {
             let upstream = Client::new(upstream)
                 .map_err(|e| NodeError::Failed(format!("relay client configuration: {e}")))?;
             let parent = placement_parent(&parts);
+            // Object origins (`fetch URL`): plain http, and https through rustls with the
+            // system's roots plus `[listener] relay_origin_ca`.
+            let tls = crate::origin::tls_config(config.listener.relay_origin_ca.as_deref())
+                .map_err(|e| NodeError::Failed(format!("[listener] relay_origin_ca: {e}")))?;
+            let objects =
+                crate::origin::ObjectClient::new(config.client_config(), parts.clock, Some(tls))
+                    .with_local_ip(parts.local_ip);
             let relay = RelaySource::new(parts.store, upstream, None)
+                .with_object_client(objects)
                 .with_parent(parent)
                 .with_flights(
                     peerblock_core::server::FlightConfig {
@@ -793,7 +801,14 @@ async fn fetch_file(plan: FetchPlan) -> Result<(), NodeError> {
     ));
     let tally: Arc<Mutex<BTreeMap<String, PeerTally>>> = Arc::default();
     let observer_tally = tally.clone();
+    // The status of the last `502 + X-DART-Upstream-Status` a relay answered: the origin
+    // refused the URL's credential (the relay is not to blame).
+    let upstream_refused: Arc<Mutex<Option<u16>>> = Arc::default();
+    let observer_refused = upstream_refused.clone();
     let observer: crate::reader::GetObserver = Arc::new(move |peer: &Peer, f: &Fetched| {
+        if let Some(Ending::UpstreamRefused { status }) = &f.ending {
+            *observer_refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(*status);
+        }
         let mut t = observer_tally.lock().unwrap_or_else(|e| e.into_inner());
         let e = t.entry(peer.addr.clone()).or_default();
         match f.class {
@@ -808,6 +823,18 @@ async fn fetch_file(plan: FetchPlan) -> Result<(), NodeError> {
             OutcomeClass::Cancelled => {}
         }
     });
+    if let Some(object) = &plan.object {
+        let parts = ObjectFetch {
+            client,
+            discovery,
+            read_config,
+            tally,
+            observer,
+            upstream_refused,
+            clock,
+        };
+        return fetch_object(&plan, object, parts).await;
+    }
     // With an origin the read's last resort is a validated GET from it (its bytes are
     // reported on its own line), and every GET names it so holders relay for us.
     let origin = match &plan.origin {
@@ -996,6 +1023,51 @@ impl PartFile {
         Ok(())
     }
 
+    /// Reads the whole file back: its length must be `size` and, with `hash`, its
+    /// SHA-256 or BLAKE3 must be `hash`'s.
+    fn verify_hash(&self, size: u64, hash: Option<&crate::node::FileHash>) -> Result<(), String> {
+        use crate::node::FileHash;
+        use sha2::Digest;
+        use std::os::unix::fs::FileExt;
+        let len = self.file.metadata().map_err(|e| e.to_string())?.len();
+        if len != size {
+            return Err(format!("{len} bytes on disk, {size} expected"));
+        }
+        let Some(hash) = hash else {
+            return Ok(());
+        };
+        let mut sha = sha2::Sha256::new();
+        let mut b3 = blake3::Hasher::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut offset = 0u64;
+        while offset < size {
+            let n = (size - offset).min(buf.len() as u64) as usize;
+            self.file
+                .read_exact_at(&mut buf[..n], offset)
+                .map_err(|e| format!("reading the file back: {e}"))?;
+            match hash {
+                FileHash::Sha256(_) => sha.update(&buf[..n]),
+                FileHash::Blake3(_) => {
+                    b3.update(&buf[..n]);
+                }
+            }
+            offset += n as u64;
+        }
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let (name, got, want) = match hash {
+            FileHash::Sha256(want) => ("SHA-256", sha.finalize().to_vec(), want),
+            FileHash::Blake3(want) => ("BLAKE3", b3.finalize().as_bytes().to_vec(), want),
+        };
+        if got != want {
+            return Err(format!(
+                "the file's {name} is {}, {} was expected",
+                hex(&got),
+                hex(want)
+            ));
+        }
+        Ok(())
+    }
+
     /// Makes the file the output: checks that the output is still a regular file or
     /// missing, `fsync`s the file, renames it over the output and `fsync`s the directory.
     fn persist(mut self, output: &Path) -> Result<(), NodeError> {
@@ -1129,6 +1201,244 @@ async fn read_blocks(
     eprintln!(
         "fetched {} bytes in {blocks} blocks to {} (every block verified on disk)",
         manifest.size,
+        plan.output.display()
+    );
+    Ok(())
+}
+
+/// What `fetch URL` starts from once the cluster is known.
+struct ObjectFetch {
+    client: Client,
+    discovery: Arc<PlacementDiscovery>,
+    read_config: peerblock_core::read::ReadConfig,
+    tally: Arc<Mutex<BTreeMap<String, PeerTally>>>,
+    observer: crate::reader::GetObserver,
+    upstream_refused: Arc<Mutex<Option<u16>>>,
+    clock: Clock,
+}
+
+/// `fetch URL`: probes the object's identity (size and validator) with `Range:
+/// bytes=0-0`, derives its chunk key, reads every block through the cluster (each GET
+/// names the URL with its identity fragment, so a holder that misses relays for us), the
+/// origin itself as each read's last resort, checks every block's length and, with
+/// `--sha256`/`--blake3`, the whole file before it is moved into place. Prints the
+/// per-peer lines and the origin's (`origin HOST:PORT N bytes K blocks`).
+async fn fetch_object(
+    plan: &FetchPlan,
+    object: &crate::node::ObjectPlan,
+    parts: ObjectFetch,
+) -> Result<(), NodeError> {
+    use crate::origin::{ObjectClient, ObjectOrigin, OriginProblem};
+    use peerblock_common::object::{ObjectIdentity, Scheme};
+    let ObjectFetch {
+        client,
+        discovery,
+        mut read_config,
+        tally,
+        observer,
+        upstream_refused,
+        clock,
+    } = parts;
+    let url = &object.url;
+    let tls = match (url.scheme, &object.origin_ca) {
+        (Scheme::Http, None) => None,
+        (_, ca) => Some(
+            crate::origin::tls_config(ca.as_deref())
+                .map_err(|e| NodeError::usage("--origin-ca", e))?,
+        ),
+    };
+    let origin_client =
+        ObjectClient::new(plan.config.client_config(), clock, tls).with_local_ip(plan.bind);
+    let shown = url.authority();
+    let (size, validator) = crate::origin::probe(&origin_client, url)
+        .await
+        .map_err(|p| object_error(&shown, &p))?;
+    let identity = ObjectIdentity::new(url.clone(), size, validator, object.block_size)
+        .map_err(|e| NodeError::Failed(format!("{shown}: {e}")))?;
+    let key = identity.key();
+    let blocks = identity.blocks();
+    let header: Arc<str> = Arc::from(identity.origin_header());
+    eprintln!(
+        "object {} bytes, validator {}, {blocks} blocks of {} bytes, key {key}",
+        size,
+        if identity.validator.is_empty() {
+            "none (only the size shows a change)"
+        } else {
+            identity.validator.as_str()
+        },
+        identity.block_size
+    );
+    let identity = Arc::new(identity);
+    let origin = ObjectOrigin::new(origin_client, identity.clone());
+    read_config.origin = true;
+    let reader = Reader::new(client, discovery, read_config, run_seed(b"fetch"))
+        .map_err(|e| NodeError::Failed(format!("read configuration: {e}")))?
+        .with_observer(observer)
+        .with_origin(Arc::new(origin.clone()));
+    let reader = Arc::new(reader);
+    let result = read_object(&reader, plan, object, &identity, header, &origin).await;
+    print_tally(&tally);
+    say(&format!(
+        "origin {shown} {} bytes {} blocks",
+        origin.bytes(),
+        origin.blocks()
+    ));
+    result.map_err(|e| {
+        // A refusal a relay passed on names the origin's status (the relay is not blamed).
+        let refused = *upstream_refused.lock().unwrap_or_else(|e| e.into_inner());
+        match (e, refused, origin.problem()) {
+            (NodeError::Failed(msg), Some(status), p)
+                if !p.as_ref().is_some_and(OriginProblem::is_fatal) =>
+            {
+                NodeError::Failed(format!("{shown}: origin refused ({status}); {msg}"))
+            }
+            (e, _, _) => e,
+        }
+    })
+}
+
+/// The command's error for an origin problem at `shown`: `unavailable: ...` when the
+/// origin could not be reached, otherwise the problem by name.
+fn object_error(shown: &str, problem: &crate::origin::OriginProblem) -> NodeError {
+    use crate::origin::OriginProblem;
+    match problem {
+        OriginProblem::Unavailable(_) => {
+            NodeError::Failed(format!("unavailable: {shown}: {problem}"))
+        }
+        _ => NodeError::Failed(format!("{shown}: {problem}")),
+    }
+}
+
+async fn read_object(
+    reader: &Arc<Reader>,
+    plan: &FetchPlan,
+    object: &crate::node::ObjectPlan,
+    identity: &Arc<peerblock_common::object::ObjectIdentity>,
+    header: Arc<str>,
+    origin: &crate::origin::ObjectOrigin,
+) -> Result<(), NodeError> {
+    let stale = PartFile::remove_stale(&plan.output);
+    if stale > 0 {
+        eprintln!(
+            "removed {stale} temporary file(s) of earlier fetches of {} that did not finish",
+            plan.output.display()
+        );
+    }
+    let shown = identity.url.authority();
+    let part = PartFile::create(&plan.output, identity.size)?;
+    let file = part.file.clone();
+    let key = identity.key();
+    let blocks = identity.blocks();
+    let mut progress = Progress::new(format!("fetch {shown}"), identity.size);
+    let mut failed: Vec<(u64, &'static str)> = Vec::new();
+    let mut tasks = JoinSet::new();
+    let mut next = 0u64;
+    let mut write_error = None;
+    loop {
+        // The object changed, or cannot be read by ranges: stop at once.
+        if let Some(problem) = origin.problem().filter(|p| p.is_fatal()) {
+            tasks.abort_all();
+            progress.finish();
+            return Err(NodeError::Failed(format!(
+                "{shown}: {problem}; nothing was written at {}",
+                plan.output.display()
+            )));
+        }
+        while tasks.len() < plan.parallel && next < blocks {
+            let index = next;
+            next += 1;
+            let (reader, file, header) = (reader.clone(), file.clone(), header.clone());
+            let (start, len) = identity.block_range(index).expect("index below blocks");
+            tasks.spawn(async move {
+                let spec = BlockSpec {
+                    key: manifest::block_key(&key, index),
+                    path: BlockPath { key, index },
+                    expected: Some(len),
+                    validator: None,
+                    origin: Some(header),
+                };
+                let r = reader.read(spec).await;
+                let written = match &r.outcome {
+                    ReadOutcome::Found(b) | ReadOutcome::FoundAtOrigin(b) => {
+                        let (b, file) = (b.clone(), file.clone());
+                        let w = tokio::task::spawn_blocking(move || {
+                            use std::os::unix::fs::FileExt;
+                            file.write_all_at(&b, start).map(|()| b.len() as u64)
+                        })
+                        .await;
+                        Some(w.unwrap_or_else(|e| Err(std::io::Error::other(e))))
+                    }
+                    _ => None,
+                };
+                (index, r.outcome.name(), written)
+            });
+        }
+        let Some(joined) = tasks.join_next().await else {
+            break;
+        };
+        let (index, outcome, written) =
+            joined.map_err(|e| NodeError::Failed(format!("a block read task failed: {e}")))?;
+        match written {
+            Some(Ok(n)) => progress.inc(n),
+            Some(Err(e)) => {
+                write_error.get_or_insert(e);
+            }
+            None => failed.push((index, outcome)),
+        }
+    }
+    progress.finish();
+    if let Some(e) = write_error {
+        return Err(io_err("cannot write", part.path.display(), e));
+    }
+    if !failed.is_empty() {
+        failed.sort_unstable();
+        for (index, outcome) in &failed {
+            eprintln!("block {index}: {outcome}");
+        }
+        let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, o) in &failed {
+            *classes.entry(o).or_default() += 1;
+        }
+        let summary: Vec<String> = classes.iter().map(|(o, n)| format!("{n} {o}")).collect();
+        let why = origin
+            .problem()
+            .map_or_else(String::new, |p| format!(" ({p})"));
+        return Err(NodeError::Failed(format!(
+            "{} of {blocks} blocks not read: {}{why}; nothing was written at {}",
+            failed.len(),
+            summary.join(", "),
+            plan.output.display()
+        )));
+    }
+    let hash = object.hash.clone();
+    let size = identity.size;
+    let (part, verified) = tokio::task::spawn_blocking(move || {
+        let verified = part.verify_hash(size, hash.as_ref());
+        (part, verified)
+    })
+    .await
+    .map_err(|e| NodeError::Failed(format!("verifying the written file failed: {e}")))?;
+    if let Err(e) = verified {
+        return Err(NodeError::Failed(format!(
+            "{e}; nothing was written at {}",
+            plan.output.display()
+        )));
+    }
+    let output = plan.output.clone();
+    tokio::task::spawn_blocking(move || part.persist(&output))
+        .await
+        .map_err(|e| NodeError::Failed(format!("moving the file into place failed: {e}")))??;
+    let checked = match &object.hash {
+        Some(crate::node::FileHash::Sha256(_)) => {
+            "every block's length and the file's SHA-256 checked"
+        }
+        Some(crate::node::FileHash::Blake3(_)) => {
+            "every block's length and the file's BLAKE3 checked"
+        }
+        None => "only block lengths checked: no --sha256/--blake3 given",
+    };
+    eprintln!(
+        "fetched {size} bytes in {blocks} blocks to {} ({checked})",
         plan.output.display()
     );
     Ok(())

@@ -35,6 +35,7 @@ pub use peerblock_common::{config, manifest};
 mod cmd;
 pub mod metrics;
 pub mod node;
+pub mod origin;
 pub mod pace;
 pub mod progress;
 pub mod reader;

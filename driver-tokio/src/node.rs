@@ -288,8 +288,10 @@ pub struct CheckArgs {
 /// `fetch` arguments.
 #[derive(Debug, Args)]
 pub struct FetchArgs {
-    /// The file's chunk key (64 hex digits, as `import` printed it).
-    #[arg(value_name = "CHUNK")]
+    /// The file's chunk key (64 hex digits, as `import` printed it), or the URL of an
+    /// object on a plain HTTP/1.1 or HTTPS server (`http://...`, `https://...`: nginx, an
+    /// object store, a presigned link), read in byte ranges through the cluster.
+    #[arg(value_name = "CHUNK|URL")]
     pub chunk: String,
     /// A node (HOST:PORT) whose roster introduces the cluster; repeat for several.
     #[arg(long = "seed", value_name = "ADDR", required = true)]
@@ -313,6 +315,20 @@ pub struct FetchArgs {
     /// with several addresses, the one peers' per-source limits see.
     #[arg(long, value_name = "IP")]
     pub bind: Option<std::net::IpAddr>,
+    /// With a URL: the block size the object is read in (1 byte to 64 MiB; suffixes as
+    /// `import`). Every reader of the object must use the same one to share its blocks.
+    #[arg(long, value_name = "N", value_parser = parse_block_size)]
+    pub block_size: Option<u64>,
+    /// With a URL: the whole file's SHA-256 (64 hex digits), checked before the output
+    /// is moved into place. Without a hash only block lengths are checked.
+    #[arg(long, value_name = "HEX", conflicts_with = "blake3")]
+    pub sha256: Option<String>,
+    /// With a URL: the whole file's BLAKE3 (64 hex digits), checked as --sha256 is.
+    #[arg(long, value_name = "HEX")]
+    pub blake3: Option<String>,
+    /// With an https:// URL: a PEM file of CA certificates trusted besides the system's.
+    #[arg(long, value_name = "FILE")]
+    pub origin_ca: Option<PathBuf>,
 }
 
 /// `get` arguments.
@@ -619,14 +635,111 @@ pub struct FetchPlan {
     pub origin: Option<String>,
     /// The source address of every connection (`--bind`); `None`: the kernel's choice.
     pub bind: Option<std::net::IpAddr>,
+    /// `fetch URL`: the object to read by ranges (then `chunk` is unused: the object's
+    /// key is derived from its identity once probed).
+    pub object: Option<ObjectPlan>,
     /// The validated configuration.
     pub config: NodeConfig,
+}
+
+/// The whole-file hash `fetch URL` checks before the rename.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileHash {
+    /// `--sha256`.
+    Sha256([u8; 32]),
+    /// `--blake3`.
+    Blake3([u8; 32]),
+}
+
+/// `fetch URL`'s part of the plan.
+#[derive(Clone, Debug)]
+pub struct ObjectPlan {
+    /// The object's URL.
+    pub url: peerblock_common::object::ObjectUrl,
+    /// The block size (`--block-size`, default 1 MiB).
+    pub block_size: u64,
+    /// The whole-file hash, if given.
+    pub hash: Option<FileHash>,
+    /// `--origin-ca`.
+    pub origin_ca: Option<PathBuf>,
+}
+
+fn parse_hash(flag: &'static str, text: &str) -> Result<[u8; 32], NodeError> {
+    let bad = || NodeError::usage(flag, format!("{text:?} is not 64 hex digits"));
+    if text.len() != 64 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in text.as_bytes().chunks(2).enumerate() {
+        let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
+        out[i] = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+/// `fetch URL`'s plan, or `None` when `args.chunk` is not a URL.
+fn plan_object(args: &FetchArgs) -> Result<Option<ObjectPlan>, NodeError> {
+    let lower = args.chunk.to_ascii_lowercase();
+    let is_url = lower.starts_with("http://") || lower.starts_with("https://");
+    if !is_url {
+        for (flag, given) in [
+            ("--block-size", args.block_size.is_some()),
+            ("--sha256", args.sha256.is_some()),
+            ("--blake3", args.blake3.is_some()),
+            ("--origin-ca", args.origin_ca.is_some()),
+        ] {
+            if given {
+                return Err(NodeError::usage(flag, "only with a URL (fetch URL ...)"));
+            }
+        }
+        return Ok(None);
+    }
+    if args.origin.is_some() {
+        return Err(NodeError::usage(
+            "--origin",
+            "not with a URL: the URL is the origin",
+        ));
+    }
+    if args.chunk.contains('#') {
+        return Err(NodeError::usage(
+            "URL",
+            format!(
+                "{:?} has a fragment: give the object's URL without one",
+                args.chunk
+            ),
+        ));
+    }
+    let url = peerblock_common::object::ObjectUrl::parse(&args.chunk)
+        .map_err(|e| NodeError::usage("URL", e.to_string()))?;
+    let hash = match (&args.sha256, &args.blake3) {
+        (Some(h), _) => Some(FileHash::Sha256(parse_hash("--sha256", h)?)),
+        (None, Some(h)) => Some(FileHash::Blake3(parse_hash("--blake3", h)?)),
+        (None, None) => None,
+    };
+    if let Some(ca) = &args.origin_ca {
+        if !ca.is_file() {
+            return Err(NodeError::usage(
+                "--origin-ca",
+                format!("{} is not a readable file", ca.display()),
+            ));
+        }
+    }
+    Ok(Some(ObjectPlan {
+        url,
+        block_size: args.block_size.unwrap_or(DEFAULT_BLOCK_SIZE),
+        hash,
+        origin_ca: args.origin_ca.clone(),
+    }))
 }
 
 /// Validates `fetch`'s arguments and configuration.
 pub fn plan_fetch(args: &FetchArgs) -> Result<FetchPlan, NodeError> {
     let config = load_config(args.config.as_deref())?;
-    let chunk = parse_chunk("CHUNK", &args.chunk)?;
+    let object = plan_object(args)?;
+    let chunk = match &object {
+        Some(_) => ChunkKey::from_array([0; 32]),
+        None => parse_chunk("CHUNK", &args.chunk)?,
+    };
     if chunk.as_bytes().len() != 32 {
         return Err(NodeError::usage(
             "CHUNK",
@@ -667,6 +780,7 @@ pub fn plan_fetch(args: &FetchArgs) -> Result<FetchPlan, NodeError> {
         parallel,
         origin: args.origin.clone(),
         bind: args.bind,
+        object,
         config,
     })
 }

@@ -87,10 +87,12 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::client::{Client, Peer};
+use crate::origin::{ObjectClient, OriginProblem};
 use crate::source::{BlockFuture, BlockSource, FileStore};
 use peerblock_common::metrics::RelayCounters;
+use peerblock_common::object::ObjectIdentity;
 pub use peerblock_common::relay::{
-    origin_authority, parent_answer_is_final, relayed_result, upstream_of, Parent,
+    object_origin, origin_authority, parent_answer_is_final, relayed_result, upstream_of, Parent,
 };
 use peerblock_common::store::RelayVerdict;
 use peerblock_core::read::PeerView;
@@ -103,6 +105,7 @@ pub struct RelaySource {
     parent: Parent,
     flights: Arc<Flights>,
     counters: RelayCounters,
+    objects: ObjectClient,
 }
 
 impl RelaySource {
@@ -110,12 +113,14 @@ impl RelaySource {
     /// `parent` (if given: [`Parent::Fixed`]) before the origin.
     pub fn new(store: FileStore, client: Client, parent: Option<String>) -> Self {
         let flights = Arc::new(Flights::new(client.now(), FlightConfig::default()));
+        let objects = ObjectClient::new(client.options().exchange, client.options().clock, None);
         RelaySource {
             store,
             client,
             parent: parent.map_or(Parent::None, Parent::Fixed),
             flights,
             counters: RelayCounters::default(),
+            objects,
         }
     }
 
@@ -129,6 +134,14 @@ impl RelaySource {
     /// The source's counters.
     pub fn counters(&self) -> &RelayCounters {
         &self.counters
+    }
+
+    /// The same source reading object origins (`X-DART-Origin` with an object identity)
+    /// through `objects` (give it a TLS configuration for `https://` objects: without
+    /// one an https object relay fails, answered 500).
+    pub fn with_object_client(mut self, objects: ObjectClient) -> Self {
+        self.objects = objects;
+        self
     }
 
     /// The same source with single-flight bounds `config` and waiters that give up after
@@ -177,9 +190,92 @@ impl BlockSource for RelaySource {
     }
 }
 
+/// One upstream fetch of a block of an object origin: through the block's parent (its
+/// answer kept only with the block's exact length), else the Range GET to the origin; the
+/// block's length checked (an object has no manifest: the length is all a relay can
+/// check), then kept in the relay cache and the hot-block cache (never as imported
+/// content).
+/// Core's screen has already declined a chunk key or index that disagrees with the URL's
+/// identity (404).
+fn object_upstream(
+    source: &RelaySource,
+    request: &SourceRequest,
+    object: ObjectIdentity,
+) -> BlockFuture {
+    let (store, client, objects, counters) = (
+        source.store.clone(),
+        source.client.clone(),
+        source.objects.clone(),
+        source.counters.clone(),
+    );
+    let (path, hop) = (request.path, request.hop);
+    let origin = request
+        .origin
+        .as_ref()
+        .and_then(|o| std::str::from_utf8(o).ok())
+        .map(str::to_owned);
+    let now = client.now();
+    let parent = client.with_peers(|peers| {
+        source
+            .parent
+            .of(&path, &|id| PeerView::eligible(&*peers, now, id))
+    });
+    Box::pin(async move {
+        let Some((_, len)) = object.block_range(path.index) else {
+            return SourceResult::Miss; // the screen declines these first
+        };
+        if let Some((id, addr)) = parent {
+            let peer = match id {
+                Some(id) => Peer::new(id, addr),
+                None => Peer::from_addr(addr),
+            };
+            let block = BlockRequest {
+                path,
+                origin: origin.as_deref(),
+                hop,
+            };
+            counters.parent_fetches.inc();
+            let fetched = client.get(&peer, block).await;
+            let result = relayed_result(fetched.ending.as_ref());
+            tracing::debug!(%path, parent = %peer.addr, outcome = fetched.describe(), "object block relayed through the block's parent");
+            match &result {
+                SourceResult::Found(bytes) if bytes.len() as u64 == len => {
+                    keep(&store, path, bytes.clone()).await;
+                    return result;
+                }
+                SourceResult::Found(bytes) => {
+                    tracing::warn!(%path, parent = %peer.addr, got = bytes.len(), expected = len, "relay: the parent's object block has the wrong length");
+                }
+                r if parent_answer_is_final(r) => return result,
+                _ => {}
+            }
+        }
+        counters.origin_fetches.inc();
+        let result = match crate::origin::fetch_block(&objects, &object, path.index).await {
+            Ok(bytes) => {
+                counters.origin_bytes.inc_by(bytes.len() as u64);
+                keep(&store, path, bytes.clone()).await;
+                SourceResult::Found(bytes)
+            }
+            Err(problem) => {
+                tracing::debug!(%path, origin = %object.url.authority(), %problem, "relay: object origin");
+                match problem {
+                    OriginProblem::Absent => SourceResult::Miss,
+                    OriginProblem::Refused(status) => SourceResult::UpstreamRefused { status },
+                    _ => SourceResult::Failed,
+                }
+            }
+        };
+        result
+    })
+}
+
 /// One upstream fetch of a relayed block: through the block's parent, else from the
 /// origin; a found block validated before it is served and stored (module docs).
 fn upstream(source: &RelaySource, request: &SourceRequest) -> BlockFuture {
+    if let Some(object) = object_origin(request) {
+        return object_upstream(source, request, object);
+    }
     let (origin, at_origin) = upstream_of(request, None);
     let (store, client) = (source.store.clone(), source.client.clone());
     let (path, hop) = (request.path, request.hop);

@@ -960,3 +960,48 @@ pub fn placement_ids(data: &[u8]) {
         assert_eq!(PeerId(bytes).to_hex().parse::<PeerId>(), Ok(PeerId(bytes)));
     }
 }
+
+/// `Content-Range` parser (object origins' `206`/`416`): never panics; a byte range it
+/// accepts is consistent (`first <= last < total`), and the canonical form of what it
+/// accepted parses to the same value.
+pub fn content_range(data: &[u8]) {
+    use peerblock_core::client::ContentRange;
+    match ContentRange::parse(data) {
+        Ok(r @ ContentRange::Bytes { first, last, total }) => {
+            assert!(first <= last && last < total, "{r:?}");
+            let text = format!("bytes {first}-{last}/{total}");
+            assert_eq!(ContentRange::parse(text.as_bytes()), Ok(r));
+        }
+        Ok(r @ ContentRange::Unsatisfied { total }) => {
+            let text = format!("bytes */{total}");
+            assert_eq!(ContentRange::parse(text.as_bytes()), Ok(r));
+        }
+        Err(_) => {}
+    }
+}
+
+/// Object identity in an origin header (`X-DART-Origin` with `#peerblock-object=...`):
+/// never panics; an identity it accepts re-encodes to a header that parses to the same
+/// identity and key, and it agrees with its own key exactly for indices below its block
+/// count. The input is used as a whole header and as the fragment's fields.
+pub fn object_origin(data: &[u8]) {
+    use peerblock_common::object::parse_origin;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    for header in [
+        text.to_owned(),
+        format!("http://h.test:8080/o?sig=1#peerblock-object={text}"),
+    ] {
+        if let Ok(Some(id)) = parse_origin(&header) {
+            let again = parse_origin(&id.origin_header())
+                .expect("its own header parses")
+                .expect("an identity");
+            assert_eq!(again, id);
+            let key = id.key();
+            assert_eq!(again.key(), key);
+            assert_eq!(id.agrees(key.as_bytes(), 0), id.blocks() > 0);
+            assert!(!id.agrees(key.as_bytes(), id.blocks()));
+        }
+    }
+}

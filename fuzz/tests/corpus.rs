@@ -83,3 +83,13 @@ fn exchange_corpus() {
 fn signed_record_corpus() {
     replay("signed_record", peerblock_fuzz::signed_record);
 }
+
+#[test]
+fn content_range_corpus() {
+    replay("content_range", peerblock_fuzz::content_range);
+}
+
+#[test]
+fn object_origin_corpus() {
+    replay("object_origin", peerblock_fuzz::object_origin);
+}

@@ -7,10 +7,14 @@ use super::outcome::{
     BreakerPath, ConnectionFate, Ending, ExchangeError, ExchangeOutcome, ProtocolError,
     RosterAnswer,
 };
+use super::range::{
+    head_validator, is_etag, ContentRange, ContentRangeError, ObjectChange, ObjectRange,
+    RangeAnswer,
+};
 use super::{ClientConfig, ExchangeConfigError};
 use crate::http::{
-    BodyLimit, OutgoingRequest, RequestTarget, ResponseDecoder, ResponseError, ResponseEvent,
-    ResponseHead,
+    BodyLimit, OutgoingRequest, RangeRequest, RequestTarget, ResponseDecoder, ResponseError,
+    ResponseEvent, ResponseHead,
 };
 use crate::refusal::PeerRefusal;
 use crate::roster::{Roster, MAX_ROSTER_BYTES};
@@ -113,6 +117,11 @@ pub enum RequestKind<'a> {
         /// Who we are, so the peer can learn us; `None` is an anonymous fetch.
         caller: Option<Caller<'a>>,
     },
+    /// One byte range of an object on a plain HTTP/1.1 server (an object URL's origin,
+    /// not a peer): `GET <target>` with `Range` and the object's precondition, classified
+    /// by the table on [`RangeAnswer`](super::RangeAnswer). `host` is the URL's `Host` value. Takes the data
+    /// path of the breaker (a driver may give origin fetches a breakerless client).
+    Range(ObjectRange<'a>),
 }
 
 /// One exchange's request.
@@ -166,6 +175,15 @@ impl<'a> ExchangeRequest<'a> {
         }
     }
 
+    /// One byte range of an object at `host` (the URL's `Host` value).
+    pub fn range(host: &'a str, range: ObjectRange<'a>) -> Self {
+        ExchangeRequest {
+            host,
+            kind: RequestKind::Range(range),
+            caller_deadline: None,
+        }
+    }
+
     /// `fetch_roster` from `host`, identifying ourselves as `caller` (or anonymously).
     pub fn roster(host: &'a str, caller: Option<Caller<'a>>) -> Self {
         ExchangeRequest {
@@ -205,8 +223,18 @@ pub enum ClientEvent {
 
 #[derive(Debug)]
 enum Want {
-    Block { validate: bool },
-    Roster { host: String },
+    Block {
+        validate: bool,
+    },
+    Roster {
+        host: String,
+    },
+    Range {
+        start: u64,
+        last: u64,
+        total: Option<u64>,
+        validator: Option<String>,
+    },
 }
 
 #[derive(Debug)]
@@ -282,6 +310,8 @@ pub struct Exchange {
     written: bool,
     /// A [`ClientEvent::Head`] waiting in `poll_event` (it precedes `event`).
     head_event: Option<u16>,
+    /// The status whose body `limit` bounds: `200`, or `206` for a `Range` request.
+    success: u16,
 }
 
 /// Bytes offered to the exchange: a slice, or `n` bytes read into the `read_buf` window.
@@ -312,6 +342,42 @@ impl Exchange {
         link: Link,
     ) -> Result<Exchange, ExchangeConfigError> {
         config.validate()?;
+        let mut buf = BytesMut::new();
+        if let RequestKind::Range(range) = request.kind {
+            let last = range.last().ok_or(ExchangeConfigError::Zero {
+                field: "range.len",
+                why: "an empty or overflowing range asks for no byte",
+            })?;
+            let (if_match, if_unmodified_since) = match range.validator {
+                Some(v) if v.starts_with('"') => (Some(v), None),
+                Some(v) if is_etag(v) => (None, None),
+                Some(v) => (None, Some(v)),
+                None => (None, None),
+            };
+            RangeRequest {
+                target: range.target,
+                host: request.host,
+                first: range.start,
+                last,
+                if_match,
+                if_unmodified_since,
+            }
+            .encode(&mut buf)?;
+            let want = Want::Range {
+                start: range.start,
+                last,
+                total: range.total,
+                validator: range.validator.map(str::to_owned),
+            };
+            return Ok(Self::start(
+                now,
+                config,
+                request.caller_deadline,
+                link,
+                (buf, want, BodyLimit::Exact(range.len), BreakerPath::Data),
+                206,
+            ));
+        }
         let (outgoing, want, limit, path) = match request.kind {
             RequestKind::Get(block) => (
                 block_request(request.host, &block),
@@ -353,14 +419,33 @@ impl Exchange {
                 BodyLimit::AtMost(MAX_ROSTER_BYTES as u64),
                 BreakerPath::Roster,
             ),
+            RequestKind::Range(_) => unreachable!("handled above"),
         };
-        let mut buf = BytesMut::new();
         outgoing.encode(&mut buf)?;
+        Ok(Self::start(
+            now,
+            config,
+            request.caller_deadline,
+            link,
+            (buf, want, limit, path),
+            200,
+        ))
+    }
+
+    /// The machine for an encoded request (`new`'s second half).
+    fn start(
+        now: Instant,
+        config: &ClientConfig,
+        caller_deadline: Option<Instant>,
+        link: Link,
+        (buf, want, limit, path): (BytesMut, Want, BodyLimit, BreakerPath),
+        success: u16,
+    ) -> Exchange {
         let mut timers = TimerTable::default();
         if let RequestTimeout::After(d) = config.deadlines.request {
             timers.set(ClientTimer::Request, now + d);
         }
-        if let Some(at) = request.caller_deadline {
+        if let Some(at) = caller_deadline {
             timers.set(ClientTimer::Caller, at);
         }
         let pooled = matches!(link, Link::Pooled(_));
@@ -388,10 +473,11 @@ impl Exchange {
             load: None,
             written: false,
             head_event: None,
+            success,
         };
         // A deadline already in the past (a caller deadline before now) ends it at once.
         exchange.handle_timeout(now);
-        Ok(exchange)
+        exchange
     }
 
     /// After a [`ClientEvent::Done`] whose outcome says [`ConnectionFate::Reuse`]: the
@@ -450,9 +536,14 @@ impl Exchange {
             return None;
         }
         let request = self.request.take()?;
-        let limit = self.limit;
+        let (limit, success) = (self.limit, self.success);
         let conn = self.connection.as_mut()?;
-        if conn.decoder.expect(limit).is_err() {
+        let expected = if success == 200 {
+            conn.decoder.expect(limit)
+        } else {
+            conn.decoder.expect_status(limit, success)
+        };
+        if expected.is_err() {
             // A pooled connection that cannot take another request: it was closed.
             self.finish(Ending::Failed(ExchangeError::Closed));
             return None;
@@ -654,6 +745,11 @@ impl Exchange {
                     self.timers.stop(ClientTimer::ResponseHeader);
                     self.load = head.load();
                     self.head_event = Some(head.status());
+                    if let Some(ending) = self.range_head(&head) {
+                        // Decided at the head: the body is never read.
+                        self.finish_with(ending, false);
+                        return;
+                    }
                     self.head = Some(head);
                 }
                 Ok(Some(ResponseEvent::Body(body))) => {
@@ -671,7 +767,9 @@ impl Exchange {
                     let ending = match (self.head.take(), e) {
                         // The status was already decided by a non-200 head; a broken
                         // error body only costs the connection.
-                        (Some(head), _) if head.status() != 200 => self.classify_status(&head),
+                        (Some(head), _) if head.status() != self.success => {
+                            self.classify_status(&head)
+                        }
                         (_, e) => Ending::Failed(response_error(e)),
                     };
                     self.finish(ending);
@@ -697,8 +795,101 @@ impl Exchange {
         }
     }
 
+    /// A `Range` exchange's ending decided by its head (every status but a good `206`);
+    /// `None` to read the body (or for any other request kind).
+    fn range_head(&self, head: &ResponseHead) -> Option<Ending> {
+        let Want::Range {
+            start,
+            last,
+            total,
+            validator,
+        } = &self.want
+        else {
+            return None;
+        };
+        let range = head.content_range().map(ContentRange::parse);
+        let protocol = |e| Ending::Failed(ExchangeError::Protocol(ProtocolError::ContentRange(e)));
+        Some(match head.status() {
+            206 => {
+                let (first, sent_last, got_total) = match range {
+                    None => return Some(protocol(ContentRangeError::Missing)),
+                    Some(Err(e)) => return Some(protocol(e)),
+                    Some(Ok(ContentRange::Unsatisfied { .. })) => {
+                        return Some(protocol(ContentRangeError::Malformed))
+                    }
+                    Some(Ok(ContentRange::Bytes { first, last, total })) => (first, last, total),
+                };
+                if let Some(expected) = *total {
+                    if got_total != expected {
+                        return Some(Ending::Range(RangeAnswer::Changed(ObjectChange::Size {
+                            expected,
+                            got: got_total,
+                        })));
+                    }
+                }
+                if (first, sent_last) != (*start, *last) {
+                    return Some(protocol(ContentRangeError::OtherRange {
+                        asked_first: *start,
+                        asked_last: *last,
+                        first,
+                        last: sent_last,
+                    }));
+                }
+                if let Some(changed) = validator_change(validator.as_deref(), head) {
+                    return Some(Ending::Range(RangeAnswer::Changed(changed)));
+                }
+                return None;
+            }
+            200 => Ending::Range(RangeAnswer::Ignored),
+            412 => Ending::Range(RangeAnswer::Changed(ObjectChange::Precondition)),
+            416 => match range {
+                Some(Ok(ContentRange::Unsatisfied { total: 0 })) if *start == 0 => {
+                    match validator_change(validator.as_deref(), head) {
+                        Some(changed) => Ending::Range(RangeAnswer::Changed(changed)),
+                        None => Ending::Range(RangeAnswer::Empty {
+                            validator: head_validator(head.etag(), head.last_modified()),
+                        }),
+                    }
+                }
+                Some(Ok(ContentRange::Unsatisfied { total: got }))
+                    if total.is_some_and(|t| t != got) =>
+                {
+                    Ending::Range(RangeAnswer::Changed(ObjectChange::Size {
+                        expected: total.unwrap_or_default(),
+                        got,
+                    }))
+                }
+                _ => Ending::Failed(ExchangeError::Status(416)),
+            },
+            404 => Ending::Miss,
+            status @ (401 | 403) => Ending::UpstreamRefused { status },
+            status => Ending::Failed(ExchangeError::Status(status)),
+        })
+    }
+
     fn on_response(&mut self, head: ResponseHead, body: Bytes) {
         let reusable = head.keep_alive();
+        if let Want::Range { total, .. } = &self.want {
+            // Only a 206 whose head passed `range_head` gets here, its body exactly `len`.
+            let total = head
+                .content_range()
+                .and_then(|v| ContentRange::parse(v).ok())
+                .map_or(total.unwrap_or_default(), |r| match r {
+                    ContentRange::Bytes { total, .. } | ContentRange::Unsatisfied { total } => {
+                        total
+                    }
+                });
+            let validator = head_validator(head.etag(), head.last_modified());
+            self.finish_with(
+                Ending::Range(RangeAnswer::Part {
+                    body,
+                    total,
+                    validator,
+                }),
+                reusable,
+            );
+            return;
+        }
         if head.status() != 200 {
             let ending = self.classify_status(&head);
             self.finish_with(ending, reusable);
@@ -711,6 +902,7 @@ impl Exchange {
                 self.state = State::Validating { body };
             }
             Want::Block { validate: false } => self.finish_with(Ending::Block(body), reusable),
+            Want::Range { .. } => unreachable!("handled above"),
             Want::Roster { host } => {
                 let responder = head
                     .node()
@@ -758,6 +950,23 @@ impl Exchange {
         outcome.load = self.load;
         self.event = Some(ClientEvent::Done(outcome));
     }
+}
+
+/// How the answer's validator differs from the expected one, if it does: an ETag is
+/// compared with the answer's ETag, a date with its `Last-Modified`; a missing one
+/// differs.
+fn validator_change(expected: Option<&str>, head: &ResponseHead) -> Option<ObjectChange> {
+    let expected = expected?;
+    let got = if is_etag(expected) {
+        head.etag()
+    } else {
+        head.last_modified()
+    };
+    let got = got.map(|g| String::from_utf8_lossy(g).into_owned());
+    (got.as_deref() != Some(expected)).then(|| ObjectChange::Validator {
+        expected: expected.to_owned(),
+        got,
+    })
 }
 
 fn block_request<'a>(host: &'a str, block: &BlockRequest<'a>) -> OutgoingRequest<'a> {

@@ -10,6 +10,7 @@ mod deadlines;
 mod exchange;
 mod outcome;
 mod peers;
+mod range;
 
 pub use deadlines::{
     ClientTimer, DeadlineError, Deadlines, RequestTimeout, DEFAULT_DIAL_TIMEOUT,
@@ -24,6 +25,10 @@ pub use outcome::{
 };
 pub use peers::{
     get_outcome, placement_members, Finished, GetTicket, Peers, PeersConfig, PeersConfigError,
+};
+pub use range::{
+    head_validator, is_etag, ContentRange, ContentRangeError, ObjectChange, ObjectRange,
+    RangeAnswer,
 };
 
 use crate::http::EncodeError;

@@ -19,6 +19,7 @@
 //! | `Failed(ResponseHeaderTimeout)`, `Failed(RequestTimeout)` | soft | – | the peer was slow; may be transient |
 //! | `Failed(Status)` (500, 503 without refusal header, other) | soft | – | the peer answered but failed; may be transient |
 //! | `Failed(Closed)` (connection ended before the response did) | soft | – | a truncated response; may be transient |
+//! | `Range(..)` (an object origin's `206`, `416` empty, `200` ignoring `Range`, object changed) | answered | – | the origin answered; what it means is the read's concern (`RangeAnswer`) |
 //!
 //! ## Feeding the breaker and cooldown table
 //!
@@ -77,6 +78,10 @@ pub enum ProtocolError {
     /// A roster response body is not a valid roster.
     #[error(transparent)]
     Roster(#[from] RosterDecodeError),
+    /// A `206` answer to a `Range` request whose `Content-Range` is missing, malformed,
+    /// overflowing or names other bytes than asked for.
+    #[error("bad Content-Range: {0}")]
+    ContentRange(#[from] super::range::ContentRangeError),
 }
 
 /// Why an exchange failed.
@@ -145,6 +150,9 @@ pub enum Ending {
     },
     /// The caller cancelled (or its own deadline passed) before the exchange ended.
     Cancelled,
+    /// A `Range` request's meaningful answer (the table on [`RangeAnswer`](super::RangeAnswer)): the bytes, an
+    /// empty object, `Range` ignored, or the object changed.
+    Range(super::range::RangeAnswer),
     /// The exchange failed.
     Failed(ExchangeError),
 }
@@ -173,6 +181,8 @@ impl Ending {
                 }),
             ),
             Ending::UpstreamRefused { .. } | Ending::Cancelled => (Answered, None),
+            // The origin answered; whether the answer helps is the read's business.
+            Ending::Range(_) => (Answered, None),
             Ending::Failed(e) => match e {
                 ExchangeError::DialFailed | ExchangeError::DialTimeout(_) => {
                     (HardFailure, Some(CooldownEntry::Failed))
@@ -192,7 +202,10 @@ impl Ending {
     /// Whether this ending is a failure of the fetch from the caller's point of view
     /// (everything except a block, a miss and a roster).
     pub fn is_error(&self) -> bool {
-        !matches!(self, Ending::Block(_) | Ending::Miss | Ending::Roster(_))
+        match self {
+            Ending::Range(answer) => answer.is_error(),
+            _ => !matches!(self, Ending::Block(_) | Ending::Miss | Ending::Roster(_)),
+        }
     }
 }
 

@@ -138,7 +138,13 @@ pub fn get_outcome(ending: Ending) -> GetOutcome {
 /// [`get_outcome`] of a borrowed ending (a block's bytes are shared, not copied).
 fn get_outcome_of(ending: &Ending) -> GetOutcome {
     match ending {
-        Ending::Block(bytes) => GetOutcome::Found(bytes.clone()),
+        Ending::Block(bytes)
+        | Ending::Range(crate::client::RangeAnswer::Part { body: bytes, .. }) => {
+            GetOutcome::Found(bytes.clone())
+        }
+        Ending::Range(crate::client::RangeAnswer::Empty { .. }) => {
+            GetOutcome::Found(bytes::Bytes::new())
+        }
         Ending::Miss => GetOutcome::NotFound,
         Ending::Corrupt
         | Ending::Failed(
@@ -148,6 +154,7 @@ fn get_outcome_of(ending: &Ending) -> GetOutcome {
             retry_after: refusal.retry_after,
         },
         Ending::Roster(_)
+        | Ending::Range(_)
         | Ending::UpstreamRefused { .. }
         | Ending::Cancelled
         | Ending::Failed(_) => GetOutcome::Failed,

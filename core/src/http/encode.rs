@@ -123,6 +123,67 @@ impl<'a> OutgoingRequest<'a> {
     }
 }
 
+/// A `Range` request head for one byte range of an object on a plain HTTP/1.1 server
+/// (an object URL's origin: nginx, an object store, a presigned link): `GET <target>
+/// HTTP/1.1`, `Host`, `Range: bytes=<first>-<last>`, and the precondition that pins the
+/// object's version (`If-Match` for a strong ETag, `If-Unmodified-Since` for a
+/// `Last-Modified` date; a weak ETag cannot be sent as `If-Match`, which compares
+/// strongly, so it is only compared on the answer).
+#[derive(Clone, Copy, Debug)]
+pub struct RangeRequest<'a> {
+    /// The request target as sent: the URL's path and query (`/p/o.bin?X-Sig=..`).
+    pub target: &'a str,
+    /// The `Host` value (`host` or `host:port`, as the URL has it).
+    pub host: &'a str,
+    /// The first byte.
+    pub first: u64,
+    /// The last byte (inclusive), at least `first`.
+    pub last: u64,
+    /// `If-Match`: a strong ETag (`"..."`).
+    pub if_match: Option<&'a str>,
+    /// `If-Unmodified-Since`: an HTTP date.
+    pub if_unmodified_since: Option<&'a str>,
+}
+
+impl RangeRequest<'_> {
+    /// Appends the head to `out`, or returns which value cannot be sent (writing nothing):
+    /// a target that is not an origin-form target (it must start with `/` and hold only
+    /// visible ASCII, no space), a header value with control bytes, or `last < first`.
+    pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
+        let target = self.target.as_bytes();
+        if target.first() != Some(&b'/') || !target.iter().all(|b| (0x21..0x7f).contains(b)) {
+            return Err(EncodeError::InvalidValue {
+                field: "request target",
+            });
+        }
+        if self.last < self.first {
+            return Err(EncodeError::InvalidValue { field: "Range" });
+        }
+        check("Host", Some(self.host))?;
+        check("If-Match", self.if_match)?;
+        check("If-Unmodified-Since", self.if_unmodified_since)?;
+        out.reserve(
+            96 + target.len()
+                + self.host.len()
+                + opt_len(self.if_match)
+                + opt_len(self.if_unmodified_since),
+        );
+        out.put_slice(b"GET ");
+        out.put_slice(target);
+        out.put_slice(b" HTTP/1.1\r\nHost: ");
+        out.put_slice(self.host.as_bytes());
+        out.put_slice(b"\r\nRange: bytes=");
+        put_decimal(out, self.first);
+        out.put_u8(b'-');
+        put_decimal(out, self.last);
+        out.put_slice(b"\r\n");
+        put_field(out, "If-Match", self.if_match);
+        put_field(out, "If-Unmodified-Since", self.if_unmodified_since);
+        out.put_slice(b"\r\n");
+        Ok(())
+    }
+}
+
 /// The kind of response, which fixes its status and the headers that status requires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResponseKind<'a> {

@@ -37,7 +37,7 @@ mod request;
 mod response;
 
 pub use chunked::{ChunkedDecoder, ChunkedProgress};
-pub use encode::{OutgoingRequest, OutgoingResponse, RequestTarget, ResponseKind};
+pub use encode::{OutgoingRequest, OutgoingResponse, RangeRequest, RequestTarget, ResponseKind};
 pub use error::{ChunkedError, EncodeError, LengthError, RequestError, ResponseError, UsageError};
 pub use request::{Method, Rejection, Request, RequestDecoder, RequestRef, Route};
 pub use response::{BodyFraming, BodyLimit, ResponseDecoder, ResponseEvent, ResponseHead};

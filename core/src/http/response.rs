@@ -65,6 +65,9 @@ pub struct ResponseHead {
     refused: Option<Span>,
     load: Option<Span>,
     miss: Option<Span>,
+    content_range: Option<Span>,
+    etag: Option<Span>,
+    last_modified: Option<Span>,
 }
 
 impl ResponseHead {
@@ -156,6 +159,22 @@ impl ResponseHead {
         self.status == 503 && self.refused.is_some()
     }
 
+    /// `Content-Range` (the first one), raw: a `206`'s range and total, or a `416`'s
+    /// `bytes */TOTAL`. Parse it with [`crate::client::ContentRange::parse`].
+    pub fn content_range(&self) -> Option<&[u8]> {
+        self.content_range.map(|s| s.get(&self.head))
+    }
+
+    /// `ETag` (the first one), raw, quotes and any `W/` prefix included.
+    pub fn etag(&self) -> Option<&[u8]> {
+        self.etag.map(|s| s.get(&self.head))
+    }
+
+    /// `Last-Modified` (the first one), raw.
+    pub fn last_modified(&self) -> Option<&[u8]> {
+        self.last_modified.map(|s| s.get(&self.head))
+    }
+
     /// The raw head bytes.
     pub fn head(&self) -> &Bytes {
         &self.head
@@ -181,6 +200,11 @@ enum State {
     Head {
         limit: BodyLimit,
         interim: u32,
+        /// The status whose body `limit` bounds (every other status's body is error text).
+        success: u16,
+        /// Emit every head whose status is not `success` before checking its framing
+        /// against the error-body bound (a framing error then follows on the next poll).
+        head_first: bool,
     },
     /// Reading a `Content-Length` body.
     Length {
@@ -245,12 +269,35 @@ impl ResponseDecoder {
     pub fn expect(&mut self, limit: BodyLimit) -> Result<(), UsageError> {
         match self.state {
             State::Idle if !self.eof => {
-                self.state = State::Head { limit, interim: 0 };
+                self.state = State::Head {
+                    limit,
+                    interim: 0,
+                    success: 200,
+                    head_first: false,
+                };
                 Ok(())
             }
             State::Idle | State::Closed | State::Failed(_) => Err(UsageError::Closed),
             _ => Err(UsageError::ResponseInProgress),
         }
+    }
+
+    /// Like [`expect`](Self::expect), for a request whose success is `success` (a `206`
+    /// to a `Range` request): `limit` bounds that status's body, and every other final
+    /// head is handed out as [`ResponseEvent::Head`] *before* its framing is checked
+    /// against [`MAX_ERROR_BODY_BYTES`], so the caller can classify it by its status (a
+    /// `200` that ignored `Range` and announces a whole object) and close the connection
+    /// without reading its body. A framing error of such a response is returned by the
+    /// next [`poll`](Self::poll).
+    pub fn expect_status(&mut self, limit: BodyLimit, success: u16) -> Result<(), UsageError> {
+        self.expect(limit)?;
+        self.state = State::Head {
+            limit,
+            interim: 0,
+            success,
+            head_first: true,
+        };
+        Ok(())
     }
 
     /// True when no response is in progress and the connection may carry a request.
@@ -366,9 +413,15 @@ impl ResponseDecoder {
                     }
                     return Ok(None);
                 }
-                State::Head { limit, interim } => {
+                State::Head {
+                    limit,
+                    interim,
+                    success,
+                    head_first,
+                } => {
                     let (limit, interim) = (*limit, *interim);
-                    match self.parse_head(limit, interim)? {
+                    let (success, head_first) = (*success, *head_first);
+                    match self.parse_head(limit, interim, success, head_first)? {
                         HeadOutcome::Partial => return Ok(None),
                         HeadOutcome::Interim => continue,
                         HeadOutcome::Final(head) => return Ok(Some(ResponseEvent::Head(head))),
@@ -444,7 +497,13 @@ impl ResponseDecoder {
         };
     }
 
-    fn parse_head(&mut self, limit: BodyLimit, interim: u32) -> Result<HeadOutcome, ResponseError> {
+    fn parse_head(
+        &mut self,
+        limit: BodyLimit,
+        interim: u32,
+        success: u16,
+        head_first: bool,
+    ) -> Result<HeadOutcome, ResponseError> {
         let window = &self.buf.data()[..self.buf.len().min(MAX_RESPONSE_HEAD_BYTES)];
         let mut headers =
             [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
@@ -498,6 +557,7 @@ impl ResponseDecoder {
         let (mut close, mut keep_alive_opt) = (false, false);
         let (mut node, mut upstream, mut retry_after, mut refused) = (None, None, None, None);
         let (mut load, mut miss) = (None, None);
+        let (mut content_range, mut etag, mut last_modified) = (None, None, None);
         for h in res.headers.iter() {
             let name = h.name.as_bytes();
             let value = h.value;
@@ -537,6 +597,15 @@ impl ResponseDecoder {
                 22 if name.eq_ignore_ascii_case(b"x-dart-upstream-status") => {
                     upstream = upstream.or(Some(Span::of(head, value)))
                 }
+                13 if name.eq_ignore_ascii_case(b"content-range") => {
+                    content_range = content_range.or(Some(Span::of(head, value)))
+                }
+                13 if name.eq_ignore_ascii_case(b"last-modified") => {
+                    last_modified = last_modified.or(Some(Span::of(head, value)))
+                }
+                4 if name.eq_ignore_ascii_case(b"etag") => {
+                    etag = etag.or(Some(Span::of(head, value)))
+                }
                 _ => {}
             }
         }
@@ -551,53 +620,48 @@ impl ResponseDecoder {
             self.state = State::Head {
                 limit,
                 interim: interim + 1,
+                success,
+                head_first,
             };
             return Ok(HeadOutcome::Interim);
         }
 
-        if transfer_encoding.is_some() && content_length.is_some() {
-            return Err(ResponseError::ContentLengthAndTransferEncoding);
-        }
-        // RFC 9112 §6.3 rule 1: a 204 or 304 ends at its head whatever its fields say.
-        let framing = if status == 204 || status == 304 {
-            BodyFraming::Empty
-        } else if let Some(te) = transfer_encoding {
-            if version == Version::Http10 {
-                return Err(ResponseError::TransferEncodingOnHttp10);
+        // With `head_first`, a head that is not the success is handed out even when its
+        // framing is refused: the error waits for the next poll.
+        let deferred = head_first && status != success;
+        let checked = Self::framing(status, version, content_length, transfer_encoding, te_count);
+        let (framing, limit) = match checked.and_then(|framing| {
+            let limit = if status == success {
+                limit
+            } else {
+                BodyLimit::AtMost(MAX_ERROR_BODY_BYTES)
+            };
+            Self::check_length(framing, limit).map(|()| (framing, limit))
+        }) {
+            Ok(ok) => ok,
+            Err(e) if deferred => {
+                let head_bytes = self.buf.split_to(head_len).freeze();
+                self.consumed += head_len as u64;
+                self.state = State::Failed(e);
+                return Ok(HeadOutcome::Final(ResponseHead {
+                    head: head_bytes,
+                    version,
+                    status,
+                    keep_alive: false,
+                    framing: BodyFraming::UntilClose,
+                    node,
+                    upstream_status: upstream,
+                    retry_after,
+                    refused,
+                    load,
+                    miss,
+                    content_range,
+                    etag,
+                    last_modified,
+                }));
             }
-            if te_count != 1 || !te.eq_ignore_ascii_case(b"chunked") {
-                return Err(ResponseError::UnsupportedTransferEncoding);
-            }
-            BodyFraming::Chunked
-        } else if let Some(n) = content_length {
-            BodyFraming::ContentLength(n)
-        } else {
-            BodyFraming::UntilClose
+            Err(e) => return Err(e),
         };
-        let limit = if status == 200 {
-            limit
-        } else {
-            BodyLimit::AtMost(MAX_ERROR_BODY_BYTES)
-        };
-        if let BodyFraming::ContentLength(n) = framing {
-            if n > limit.max() {
-                return Err(LengthError::ContentLengthAboveLimit {
-                    limit: limit.max(),
-                    content_length: n,
-                }
-                .into());
-            }
-            // The head already proves a shorter body wrong: fail now, not after reading it.
-            if let BodyLimit::Exact(expected) = limit {
-                if n < expected {
-                    return Err(LengthError::ContentLengthBelowExpected {
-                        expected,
-                        content_length: n,
-                    }
-                    .into());
-                }
-            }
-        }
         let keep_alive = framing != BodyFraming::UntilClose
             && !close
             && (version == Version::Http11 || keep_alive_opt);
@@ -641,7 +705,64 @@ impl ResponseDecoder {
             refused,
             load,
             miss,
+            content_range,
+            etag,
+            last_modified,
         }))
+    }
+
+    /// How a final response's body is delimited (RFC 9112 §6.3), or why its framing is
+    /// refused.
+    fn framing(
+        status: u16,
+        version: Version,
+        content_length: Option<u64>,
+        transfer_encoding: Option<&[u8]>,
+        te_count: u32,
+    ) -> Result<BodyFraming, ResponseError> {
+        if transfer_encoding.is_some() && content_length.is_some() {
+            return Err(ResponseError::ContentLengthAndTransferEncoding);
+        }
+        // RFC 9112 §6.3 rule 1: a 204 or 304 ends at its head whatever its fields say.
+        Ok(if status == 204 || status == 304 {
+            BodyFraming::Empty
+        } else if let Some(te) = transfer_encoding {
+            if version == Version::Http10 {
+                return Err(ResponseError::TransferEncodingOnHttp10);
+            }
+            if te_count != 1 || !te.eq_ignore_ascii_case(b"chunked") {
+                return Err(ResponseError::UnsupportedTransferEncoding);
+            }
+            BodyFraming::Chunked
+        } else if let Some(n) = content_length {
+            BodyFraming::ContentLength(n)
+        } else {
+            BodyFraming::UntilClose
+        })
+    }
+
+    /// A `Content-Length` the head already proves wrong for `limit`: above it, or below an
+    /// exact length (fail now, not after reading the body).
+    fn check_length(framing: BodyFraming, limit: BodyLimit) -> Result<(), ResponseError> {
+        if let BodyFraming::ContentLength(n) = framing {
+            if n > limit.max() {
+                return Err(LengthError::ContentLengthAboveLimit {
+                    limit: limit.max(),
+                    content_length: n,
+                }
+                .into());
+            }
+            if let BodyLimit::Exact(expected) = limit {
+                if n < expected {
+                    return Err(LengthError::ContentLengthBelowExpected {
+                        expected,
+                        content_length: n,
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(())
     }
 }
 
