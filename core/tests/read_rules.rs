@@ -457,6 +457,52 @@ fn origin_is_the_last_resort() {
     );
 }
 
+/// Rule: with an origin configured, peers' 404s prove nothing (the content lives at the
+/// origin; its holders may not have fetched it yet): a read whose peers all said "not
+/// found" and whose origin fetch then fails, or times out, ends `Unavailable`, never
+/// `Absent`; only the origin's own "not found" ends it `Absent`.
+#[test]
+fn with_an_origin_peers_404s_then_an_origin_failure_end_unavailable_not_absent() {
+    let (key, peers) = key_and_peers(7);
+    let view = StaticView::new();
+    let cfg = ReadConfig {
+        origin: true,
+        max_plain_retries: 0,
+        ..ReadConfig::default()
+    };
+    let all_absent = |read: &mut Read| {
+        read.handle_lookup(secs(0), &peers);
+        let a = drain(read, secs(0), &view);
+        let seen = answer_all(read, secs(0), &view, a, &mut |_| GetOutcome::NotFound);
+        assert_eq!(seen.last(), Some(&ReadEvent::FetchOrigin));
+    };
+    // The origin fails.
+    let mut read = Read::new(key, cfg.clone(), secs(0), 4).unwrap();
+    all_absent(&mut read);
+    read.handle_origin(secs(1), OriginOutcome::Failed);
+    assert_eq!(
+        drain(&mut read, secs(1), &view),
+        vec![ReadEvent::Done(ReadOutcome::Unavailable)]
+    );
+    // The origin never answers.
+    let mut read = Read::new(key, cfg.clone(), secs(0), 4).unwrap();
+    all_absent(&mut read);
+    let at = read.poll_timeout().expect("the origin's deadline").at;
+    read.handle_timeout(at);
+    assert_eq!(
+        drain(&mut read, at, &view),
+        vec![ReadEvent::Done(ReadOutcome::Unavailable)]
+    );
+    // The origin says not found: absent.
+    let mut read = Read::new(key, cfg, secs(0), 4).unwrap();
+    all_absent(&mut read);
+    read.handle_origin(secs(1), OriginOutcome::NotFound);
+    assert_eq!(
+        drain(&mut read, secs(1), &view),
+        vec![ReadEvent::Done(ReadOutcome::Absent)]
+    );
+}
+
 /// Contract: time going backwards is clamped, not a panic, and a spurious timeout is
 /// harmless.
 #[test]

@@ -371,7 +371,7 @@ impl Read {
             let result = match outcome {
                 OriginOutcome::Found(b) => ReadOutcome::FoundAtOrigin(b),
                 OriginOutcome::NotFound => ReadOutcome::Absent,
-                OriginOutcome::Failed => fallback.clone(),
+                OriginOutcome::Failed => after_origin_failure(fallback),
             };
             self.timers.clear(Timer::Origin);
             self.phase = Phase::Finished(Some(result));
@@ -417,7 +417,7 @@ impl Read {
         }
         if self.timers.take_expired(Timer::Origin, now) {
             if let Phase::Origin { fallback, .. } = &self.phase {
-                self.phase = Phase::Finished(Some(fallback.clone()));
+                self.phase = Phase::Finished(Some(after_origin_failure(fallback)));
             }
         }
     }
@@ -687,6 +687,17 @@ impl Read {
         } else {
             Phase::Finished(Some(outcome))
         };
+    }
+}
+
+/// The outcome of a read whose origin fetch failed or timed out: the peers' outcome,
+/// except that their `Absent` proves nothing when the content lives at the origin (its
+/// holders may not have fetched it yet): that read ends [`ReadOutcome::Unavailable`],
+/// never `Absent`. Only the origin's own "not found" makes a read with an origin absent.
+fn after_origin_failure(fallback: &ReadOutcome) -> ReadOutcome {
+    match fallback {
+        ReadOutcome::Absent => ReadOutcome::Unavailable,
+        other => other.clone(),
     }
 }
 

@@ -56,7 +56,10 @@ pub enum ReadOutcome {
     /// The origin returned the record after the peers could not.
     FoundAtOrigin(Bytes),
     /// Authoritative: a close group's worth of the nearest peers answered `NotFound` and no
-    /// possible holder was refusing (or the origin said it does not exist).
+    /// possible holder was refusing; with an origin configured
+    /// ([`ReadConfig::origin`](super::ReadConfig::origin)), only the origin's own "not
+    /// found" (peers' 404s then prove nothing: an origin fetch that fails ends
+    /// [`Unavailable`](Self::Unavailable)).
     Absent,
     /// Possible holders were still refusing after the allowed refusal waits: try again
     /// shortly. Never reported as absence.
