@@ -57,7 +57,8 @@ pub const DEFAULT_RELAY_CACHE_BYTES: u64 = 1024 * 1024 * 1024;
 /// metrics (`peerblock_relay_cache_*`).
 #[derive(Clone, Debug, Default)]
 pub struct CacheCounters {
-    /// Requests answered from the cache.
+    /// Requests answered from the cache (from its file, or from the store's hot in-memory
+    /// copy of a block the cache holds).
     pub hits: Counter,
     /// Blocks written into the cache.
     pub inserts: Counter,

@@ -675,10 +675,20 @@ impl FileStore {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The cached copy of block `path`, if it is hot (no file access).
+    /// The cached copy of block `path`, if it is hot (no file access). A hit on a block
+    /// the relay cache holds counts as a relay cache hit (the request was answered from
+    /// what this node relayed, its in-memory copy).
     pub fn cached(&self, path: &BlockPath) -> Option<Bytes> {
         self.lookups.fetch_add(1, Ordering::Relaxed);
-        self.lock_cache().get(path)
+        let hit = self.lock_cache().get(path);
+        if hit.is_some() {
+            if let Some(relay) = self.relay.as_deref() {
+                if relay.contains(path) {
+                    relay.counters().hits.inc();
+                }
+            }
+        }
+        hit
     }
 
     /// How many times this store (any clone of it) was asked for a block, through
@@ -1328,6 +1338,26 @@ mod tests {
         let plain = FileStore::with_cache(dir.0.join("plain"), 1 << 20, 0);
         assert!(!plain.keep_relayed(&at(key, 0), &manifest).unwrap());
         assert_eq!(plain.read_block(&at(key, 0)), StoreRead::Missing);
+    }
+
+    #[test]
+    fn a_hot_copy_of_a_relay_cached_block_counts_as_a_relay_cache_hit_and_others_do_not() {
+        let dir = Scratch::new("hot-hits");
+        let (origin, key, data) = imported(&dir);
+        let root = dir.0.join("relay-hot");
+        let cache = RelayCache::open(&root, 1 << 20, Default::default()).unwrap();
+        let store = FileStore::with_cache(&root, 1 << 20, 1 << 20).with_relay_cache(cache);
+        let hits = || store.relay_cache().unwrap().counters().hits.get();
+        assert!(store.keep_relayed(&at(key, 1), &data[..1000]).unwrap());
+        store.cache_insert(at(key, 1), &Bytes::from(data[..1000].to_vec()));
+        assert_eq!(store.cached(&at(key, 1)).as_deref(), Some(&data[..1000]));
+        assert_eq!(hits(), 1);
+        // A hot block the relay cache does not hold (imported here, say) is no relay hit.
+        let other = at(key, 2);
+        store.cache_insert(other, &Bytes::from_static(b"imported"));
+        assert!(store.cached(&other).is_some());
+        assert_eq!(hits(), 1);
+        drop(origin);
     }
 
     #[test]

@@ -1351,15 +1351,21 @@ impl RelayedFetch {
         if let Some(len) = self.object_len() {
             // An object block: its exact length (no manifest to check it against), then
             // the relay cache and the hot-block cache (never imported content).
-            let result = match result {
+            // The waiters are answered once the block is kept (as the manifest-checked
+            // path below): a miss after the answer finds it, never a second flight.
+            match result {
                 SourceResult::Found(bytes) if bytes.len() as u64 == len => {
-                    crate::store_writer::keep_checked(&self.store, self.path, bytes.clone());
-                    SourceResult::Found(bytes)
+                    let (answer, found) = (self.answer, bytes.clone());
+                    crate::store_writer::keep_checked(
+                        &self.store,
+                        self.path,
+                        bytes,
+                        Box::new(move |_| answer(SourceResult::Found(found))),
+                    );
                 }
-                SourceResult::Found(_) => SourceResult::Failed,
-                other => other,
-            };
-            (self.answer)(result);
+                SourceResult::Found(_) => (self.answer)(SourceResult::Failed),
+                other => (self.answer)(other),
+            }
             return;
         }
         let SourceResult::Found(bytes) = result else {

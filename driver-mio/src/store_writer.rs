@@ -97,14 +97,18 @@ pub(crate) fn check_then_put(store: &FileStore, path: BlockPath, bytes: Bytes, t
 
 /// Keeps block `path` of an object origin, already validated by the relay (its exact
 /// length: an object has no manifest), in `store`'s relay cache and hot-block cache off
-/// the worker. With the queue full or no writer it goes into the hot-block cache only.
-pub(crate) fn keep_checked(store: &FileStore, path: BlockPath, bytes: Bytes) {
-    match writer().try_send((store.clone(), path, bytes, true, Box::new(|_| {}))) {
+/// the worker, then runs `then` (on the writer's thread): a relay answers its waiters only
+/// once the block is kept, so a miss that arrives after the answer finds it and never
+/// starts a second fetch. With the queue full or no writer the block goes into the
+/// hot-block cache only, and `then` runs at once.
+pub(crate) fn keep_checked(store: &FileStore, path: BlockPath, bytes: Bytes, then: Then) {
+    match writer().try_send((store.clone(), path, bytes, true, then)) {
         Ok(()) => {}
-        Err(TrySendError::Full((store, _, bytes, ..)))
-        | Err(TrySendError::Disconnected((store, _, bytes, ..))) => {
+        Err(TrySendError::Full((store, _, bytes, _, then)))
+        | Err(TrySendError::Disconnected((store, _, bytes, _, then))) => {
             tracing::warn!(%path, "relay: the store writer is behind; object block kept in memory only");
             store.cache_insert(path, &bytes);
+            then(RelayVerdict::Store);
         }
     }
 }

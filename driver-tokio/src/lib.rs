@@ -19,6 +19,7 @@
 //! | [`identity`] | – | the node's key file and record sequence number |
 //! | [`pace`] | `pace::TokenBucket` (node-wide and per connection) | upload pacing of the server's writes |
 //! | [`swarm`] | – | `peerblock-node swarm`: a simulator scenario run for real (node processes, in-process readers, the simulator's report) |
+//! | [`swarm_origin`] | – | `swarm` of a scenario whose content starts at the origin: nginx as the origin, shaped in a namespace of its own, its egress and the nodes' relay counters |
 //! | [`progress`] | – | progress of `import` and `fetch`: a bar on a terminal, lines otherwise |
 //! | [`config`] | – | the node's TOML configuration (re-exported from `peerblock-common`) |
 //! | [`metrics`] | – | the Prometheus metrics (kept in `peerblock-common`) and their admin endpoint |
@@ -44,5 +45,6 @@ pub mod roster;
 pub mod server;
 pub mod source;
 pub mod swarm;
+pub mod swarm_origin;
 
 pub use peerblock_common::SharedMembership;

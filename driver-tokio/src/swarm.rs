@@ -49,7 +49,7 @@ use sim::faults::{Act, Step};
 use sim::metrics::{GetResult, Metrics as SimMetrics, Summary};
 use sim::model::content::{node_of, Content};
 use sim::net::LatencyModel;
-use sim::scenario::{FaultKind, Scenario, Transport, WhenFull};
+use sim::scenario::{FaultKind, Placement, Scenario, Transport, WhenFull};
 use sim::world::RunResult;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -62,6 +62,7 @@ use crate::metrics::Metrics;
 use crate::node::{DriverKind, NodeError};
 use crate::reader::{BlockSpec, Candidate, Discovery, DiscoveryFuture, Reader};
 use crate::source::FileStore;
+use crate::swarm_origin;
 
 /// Default `--scale`: blocks, file, budgets and rates × 1/8, rounds × 1/8 (at least one):
 /// a testnet arm (60 nodes, 64 readers, 13 blocks of 512 KiB at 4 Mbit/s per transfer)
@@ -122,6 +123,8 @@ pub struct SwarmPlan {
     pub scaled: Scaled,
     /// Each node's `--config` text (validated).
     pub node_config: String,
+    /// nginx, the origin of a `file.placement = "origin"` scenario (`None` otherwise).
+    pub nginx: Option<PathBuf>,
 }
 
 /// The scenario's sizes and rates at `--scale`.
@@ -139,6 +142,10 @@ pub struct Scaled {
     pub max_inflight_bytes: u64,
     /// `listener.max_inflight_per_source_mib`, bytes.
     pub max_inflight_bytes_per_source: u64,
+    /// `relay.cache_mib`, bytes (each node's `[store] cache_bytes`).
+    pub cache_bytes: u64,
+    /// `origin.upload_mbps`, bytes per second.
+    pub origin_bytes_per_second: u64,
 }
 
 fn usage(flag: &'static str, rule: impl Into<String>) -> NodeError {
@@ -202,13 +209,17 @@ pub fn scale_scenario(s: &Scenario, scale: f64) -> Result<Scaled, NodeError> {
         connection_bytes_per_second: conn,
         max_inflight_bytes: mib(s.listener.max_inflight_mib),
         max_inflight_bytes_per_source: mib(s.listener.max_inflight_per_source_mib),
+        cache_bytes: bytes(s.relay.cache_mib as f64 * 1024.0 * 1024.0),
+        origin_bytes_per_second: bytes(s.origin.upload_mbps * 1e6 / 8.0).max(MIN_RATE),
     })
 }
 
-/// The `--config` every node of the swarm runs with: the scenario's listener at scale.
+/// The `--config` every node of the swarm runs with: the scenario's listener at scale;
+/// with `file.placement = "origin"` also the relay, its cache and fast roster rounds.
 pub fn node_config_text(s: &Scenario, sc: &Scaled) -> String {
     let l = &s.listener;
-    format!(
+    let origin = s.file.placement == Placement::Origin;
+    let mut text = format!(
         "# written by peerblock-node swarm for scenario {name:?}\n\
          [listener]\n\
          max_sessions = {}\n\
@@ -219,7 +230,7 @@ pub fn node_config_text(s: &Scenario, sc: &Scaled) -> String {
          max_inflight_bytes_per_source = {}\n\
          retry_after = \"{}s\"\n\
          idle_timeout = \"{}s\"\n\
-         relay = false\n\
+         relay = {origin}\n\
          upload_bytes_per_second = {}\n\
          connection_upload_bytes_per_second = {}\n\
          when_full = \"{}\"\n\
@@ -244,7 +255,22 @@ pub fn node_config_text(s: &Scenario, sc: &Scaled) -> String {
             _ => 0,
         },
         name = s.name,
-    )
+    );
+    if origin {
+        text.push_str(&format!(
+            "max_hop = {}\n\
+             [store]\n\
+             cache_bytes = {}\n\
+             [read]\n\
+             close_group_size = {}\n\
+             # Rosters converge within seconds: every node is seeded with node 0.\n\
+             [roster]\n\
+             interval = \"1s\"\n\
+             jitter = \"100ms\"\n",
+            s.relay.max_hop, sc.cache_bytes, s.cluster.close_group
+        ));
+    }
+    text
 }
 
 /// Validates a swarm run: the scenario (through the simulator's own parser and
@@ -305,6 +331,22 @@ pub fn plan(
             "0: at least one download must run",
         ));
     }
+    let nginx = if s.file.placement == Placement::Origin {
+        if !s.relay.through_parent || !s.relay.single_flight {
+            return Err(usage(
+                "SCENARIO",
+                "relay.through_parent = false and relay.single_flight = false are ablations of the simulator: peerblock-node serve always relays through the parent and shares flights",
+            ));
+        }
+        Some(crate::swarm_origin::find_nginx().ok_or_else(|| {
+            usage(
+                "SCENARIO",
+                "file.placement = \"origin\" runs nginx as the origin, and nginx is not installed (apt-get install nginx-light)",
+            )
+        })?)
+    } else {
+        None
+    };
     let scaled = scale_scenario(s, scale)?;
     let node_config = node_config_text(s, &scaled);
     NodeConfig::from_toml_str(&node_config).map_err(|e| {
@@ -336,6 +378,7 @@ pub fn plan(
         exe,
         scaled,
         node_config,
+        nginx,
     })
 }
 
@@ -389,16 +432,24 @@ struct NodeProc {
     /// Where the process listens (kernel-picked port, kept across restarts).
     listen: SocketAddr,
     child: Option<Child>,
+    /// `--seed` (with `file.placement = "origin"`: node 0's address, for every other node).
+    seed: Option<SocketAddr>,
+    /// Serve `/metrics` on the node's own address (`--metrics IP:0`), scraped at the end.
+    metrics: bool,
+    /// Where the process serves `/metrics`, once started with `metrics`.
+    metrics_addr: Option<SocketAddr>,
+    /// The members the node last said it knows (its `members N` lines).
+    members: Arc<AtomicU64>,
 }
 
-/// Starts `peerblock-node serve` for `node` on `listen`; returns the child and the bound
-/// address it printed.
+/// Starts `peerblock-node serve` for `node` on `listen`; returns the child, the bound
+/// address it printed and, with `node.metrics`, its metrics address.
 async fn spawn_node(
     exe: &Path,
     driver: DriverKind,
     node: &NodeProc,
     listen: SocketAddr,
-) -> Result<(Child, SocketAddr), NodeError> {
+) -> Result<(Child, SocketAddr, Option<SocketAddr>), NodeError> {
     let failed = |what: String| NodeError::Failed(format!("node {}: {what}", node.index));
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -419,8 +470,15 @@ async fn spawn_node(
         .arg(match driver {
             DriverKind::Tokio => "tokio",
             DriverKind::Mio => "mio",
-        })
-        .env("RUST_LOG", "warn")
+        });
+    if let Some(seed) = node.seed {
+        cmd.arg("--seed").arg(seed.to_string());
+    }
+    if node.metrics {
+        cmd.arg("--metrics")
+            .arg(SocketAddr::new(listen.ip(), 0).to_string());
+    }
+    cmd.env("RUST_LOG", "warn")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(log)
@@ -430,10 +488,18 @@ async fn spawn_node(
         .map_err(|e| failed(format!("cannot start {}: {e}", exe.display())))?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut lines = BufReader::new(stdout).lines();
+    let want_metrics = node.metrics;
     let bound = tokio::time::timeout(NODE_START_TIMEOUT, async {
+        let mut listening = None;
         while let Ok(Some(line)) = lines.next_line().await {
             if let Some(addr) = line.strip_prefix("listening ") {
-                return addr.trim().parse::<SocketAddr>().ok();
+                listening = addr.trim().parse::<SocketAddr>().ok();
+                if !want_metrics {
+                    return listening.map(|l| (l, None));
+                }
+            } else if let Some(addr) = line.strip_prefix("metrics ") {
+                let m = addr.trim().parse::<SocketAddr>().ok();
+                return listening.map(|l| (l, m));
             }
         }
         None
@@ -441,7 +507,7 @@ async fn spawn_node(
     .await
     .ok()
     .flatten();
-    let Some(bound) = bound else {
+    let Some((bound, metrics_addr)) = bound else {
         let tail = std::fs::read_to_string(&node.log).unwrap_or_default();
         let tail: Vec<&str> = tail.lines().rev().take(5).collect();
         return Err(failed(format!(
@@ -449,9 +515,18 @@ async fn spawn_node(
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
         )));
     };
-    // Keep the pipe drained (`members N` lines).
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok((child, bound))
+    // Keep the pipe drained, noting the `members N` lines.
+    let members = node.members.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(n) = line.strip_prefix("members ") {
+                if let Ok(n) = n.trim().parse::<u64>() {
+                    members.store(n, Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    Ok((child, bound, metrics_addr))
 }
 
 /// A blackholed address: a backlog-0 listener that never accepts, its accept queue
@@ -520,8 +595,10 @@ impl Cluster {
             }
             Act::Restart => match self.health[i].load(Ordering::Relaxed) {
                 DOWN => {
-                    let (child, _) = spawn_node(&self.exe, self.driver, node, node.listen).await?;
+                    let (child, _, metrics) =
+                        spawn_node(&self.exe, self.driver, node, node.listen).await?;
                     node.child = Some(child);
+                    node.metrics_addr = metrics.or(node.metrics_addr);
                     self.health[i].store(UP, Ordering::Relaxed);
                 }
                 STALLED => {
@@ -588,6 +665,20 @@ struct World {
     reads: AtomicU64,
     downloads_done: AtomicU64,
     downloads_completed: AtomicU64,
+    /// Per round: when its last download ended so far.
+    round_ends: Mutex<Vec<Option<Instant>>>,
+    /// The origin of a `file.placement = "origin"` run.
+    origin: Option<ObjectRun>,
+}
+
+/// nginx as the scenario's origin, and what the readers need to name it.
+struct ObjectRun {
+    server: swarm_origin::OriginServer,
+    identity: Arc<peerblock_common::object::ObjectIdentity>,
+    /// Every GET's `X-DART-Origin`.
+    header: Arc<str>,
+    /// The readers' own origin fetch (counts the blocks they took from it).
+    fetch: crate::origin::ObjectOrigin,
 }
 
 impl World {
@@ -600,16 +691,8 @@ impl World {
     }
 
     fn client(self: &Arc<Self>, reader: u32, source: u32) -> Result<Client, NodeError> {
-        let c = &self.s.client;
         let mut o = ClientOptions::new(self.clock, self.metrics.clone());
-        o.exchange = ClientConfig {
-            deadlines: Deadlines {
-                dial: Duration::from_millis(c.dial_timeout_ms),
-                response_header: Duration::from_millis(c.response_timeout_ms),
-                request: RequestTimeout::After(Duration::from_millis(c.request_timeout_ms)),
-            },
-            ..ClientConfig::default()
-        };
+        o.exchange = exchange_config(&self.s);
         o.peers = sim::model::reader::peers_config(&self.s);
         o.local_ip = Some(IpAddr::V4(reader_ip(source)));
         // The model's link latency, reader to node, on every exchange.
@@ -620,6 +703,19 @@ impl World {
                 .map_or(Duration::ZERO, |&n| w.latency.one_way(reader, n))
         })));
         Client::new(o).map_err(|e| NodeError::Failed(format!("reader client: {e}")))
+    }
+}
+
+/// The readers' exchange deadlines: the scenario's `[client]`.
+fn exchange_config(s: &Scenario) -> ClientConfig {
+    let c = &s.client;
+    ClientConfig {
+        deadlines: Deadlines {
+            dial: Duration::from_millis(c.dial_timeout_ms),
+            response_header: Duration::from_millis(c.response_timeout_ms),
+            request: RequestTimeout::After(Duration::from_millis(c.request_timeout_ms)),
+        },
+        ..ClientConfig::default()
     }
 }
 
@@ -636,7 +732,9 @@ struct SwarmDiscovery {
 impl Discovery for SwarmDiscovery {
     fn lookup(&self, _key: &Key, path: &BlockPath) -> DiscoveryFuture {
         let this = self.clone();
-        let block = (path.index - 1) as u32;
+        // A chunk's blocks are numbered from 1, an object's from 0.
+        let first = if self.world.origin.is_some() { 0 } else { 1 };
+        let block = path.index.saturating_sub(first) as u32;
         Box::pin(async move {
             let w = &this.world;
             let c = &w.s.client;
@@ -719,7 +817,7 @@ async fn read_block(w: Arc<World>, client: Client, reader: u32, round: u32, bloc
         client: client.clone(),
     });
     let (start_log, end_log, hw) = (log.clone(), log.clone(), w.clone());
-    let reader_engine = Reader::new(client, discovery, sim::world::read_config(&w.s), seed)
+    let mut reader_engine = Reader::new(client, discovery, sim::world::read_config(&w.s), seed)
         .expect("read configuration validated with the scenario")
         .with_start_observer(Arc::new(move |peer: &Peer| {
             let node = node_of(&peer.id);
@@ -749,15 +847,26 @@ async fn read_block(w: Arc<World>, client: Client, reader: u32, round: u32, bloc
                 .push((node_of(&peer.id), get_result(f), reason, bytes));
         }));
     let expected = w.blocks[block as usize].clone();
+    let (path, origin) = match &w.origin {
+        // An object's blocks are numbered from 0, and every GET names the origin.
+        Some(o) => {
+            reader_engine = reader_engine.with_origin(Arc::new(o.fetch.clone()));
+            (o.identity.path(u64::from(block)), Some(o.header.clone()))
+        }
+        None => (
+            BlockPath {
+                key: w.chunk,
+                index: u64::from(block) + 1,
+            },
+            None,
+        ),
+    };
     let spec = BlockSpec {
         key: w.content.keys[block as usize],
-        path: BlockPath {
-            key: w.chunk,
-            index: u64::from(block) + 1,
-        },
+        path,
         expected: Some(expected.len() as u64),
         validator: Some(Arc::new(move |b: &Bytes| *b == expected)),
-        origin: None,
+        origin,
     };
     let r = reader_engine.read(spec).await;
     let log = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
@@ -841,6 +950,12 @@ async fn download(w: Arc<World>, client: Client, reader: u32, round: u32) {
         }
     }
     let completed = !failed;
+    {
+        let mut ends = w.round_ends.lock().unwrap_or_else(PoisonError::into_inner);
+        let end = &mut ends[round as usize];
+        let now = Instant::now();
+        *end = Some(end.map_or(now, |e| e.max(now)));
+    }
     let mut m = w.sim();
     m.downloads_started += 1;
     m.rounds[round as usize].0 += 1;
@@ -864,6 +979,15 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
     let wall = Instant::now();
     let s = &plan.scenario;
     let quiet = plan.quiet;
+    let origin_run = plan.nginx.is_some();
+    if origin_run && !swarm_origin::in_namespace() {
+        if swarm_origin::can_shape() {
+            note(quiet, "file.placement = \"origin\": running again in a network namespace of its own (unshare -n, loopback only), where tc shapes nginx's upload to origin.upload_mbps");
+            let code = swarm_origin::rerun_in_namespace().await?;
+            std::process::exit(code);
+        }
+        note(quiet, "origin.upload_mbps is not applied: shaping nginx's upload needs root, unshare, ip and tc; nginx runs unshaped");
+    }
     // Outputs first: a bad path costs no run.
     let mut json_out: Option<std::fs::File> = match &plan.json {
         Some(p) if p.as_os_str() != "-" => {
@@ -911,7 +1035,74 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
             .finalize()
             .as_bytes(),
     );
-    let chunk = ChunkKey::from_array(chunk);
+    let mut chunk = ChunkKey::from_array(chunk);
+    let mut content = content;
+    let mut holders = holders;
+    let clock = Clock::new(Instant::now());
+
+    // The origin: nginx serving the blocks as one object, the placement by its keys.
+    let mut origin = None;
+    if let Some(nginx) = &plan.nginx {
+        let port = swarm_origin::origin_port()?;
+        if swarm_origin::in_namespace() {
+            swarm_origin::shape_origin(port, plan.scaled.origin_bytes_per_second)?;
+        }
+        std::fs::create_dir_all(&plan.work_dir).map_err(|e| {
+            NodeError::Failed(format!("cannot create {}: {e}", plan.work_dir.display()))
+        })?;
+        let file: Vec<u8> = blocks.iter().flat_map(|b| b.iter().copied()).collect();
+        let server =
+            swarm_origin::OriginServer::start(nginx, &plan.work_dir.join("origin"), port, &file)
+                .await?;
+        drop(file);
+        let url = peerblock_common::object::ObjectUrl::parse(&server.url)
+            .map_err(|e| NodeError::Failed(format!("origin URL {}: {e}", server.url)))?;
+        let client = crate::origin::ObjectClient::new(exchange_config(s), clock, None);
+        let (size, validator) = crate::origin::probe(&client, &url)
+            .await
+            .map_err(|p| NodeError::Failed(format!("origin {}: {p}", server.url)))?;
+        let identity = peerblock_common::object::ObjectIdentity::new(
+            url,
+            size,
+            validator,
+            plan.scaled.block_len[0],
+        )
+        .map_err(|e| NodeError::Failed(format!("origin {}: {e}", server.url)))?;
+        if let Some(b) = (0..blocks.len()).find(|&b| {
+            identity.block_range(b as u64).map(|r| r.1) != Some(plan.scaled.block_len[b])
+        }) {
+            return Err(NodeError::Failed(format!(
+                "origin: block {b} of {} bytes is not the object's block {b} (blocks of {} bytes): the scenario's blocks are not of one size",
+                plan.scaled.block_len[b], plan.scaled.block_len[0]
+            )));
+        }
+        content = swarm_origin::object_content(&content, &identity);
+        holders = (0..s.blocks())
+            .map(|b| content.holders(b).to_vec())
+            .collect();
+        chunk = identity.key();
+        let identity = Arc::new(identity);
+        note(
+            quiet,
+            &format!(
+                "origin nginx at {} ({size} bytes, ETag {}), {} bytes/s{}",
+                server.url,
+                identity.validator,
+                plan.scaled.origin_bytes_per_second,
+                if swarm_origin::in_namespace() {
+                    ""
+                } else {
+                    " not applied"
+                }
+            ),
+        );
+        origin = Some(ObjectRun {
+            header: Arc::from(identity.origin_header()),
+            fetch: crate::origin::ObjectOrigin::new(client, identity.clone()),
+            identity,
+            server,
+        });
+    }
 
     // Stores and configs.
     let io = |what: &'static str, p: &Path, e: std::io::Error| NodeError::Io {
@@ -933,7 +1124,8 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
         let fs = FileStore::new(&store, MAX_BLOCK);
         std::fs::create_dir_all(&store).map_err(|e| io("cannot create", &store, e))?;
         for (b, h) in holders.iter().enumerate() {
-            if h.contains(&i) {
+            // At the origin only: no node holds a block at the start.
+            if h.contains(&i) && !origin_run {
                 let path = BlockPath {
                     key: chunk,
                     index: b as u64 + 1,
@@ -950,6 +1142,10 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
             log: work.path.join(format!("node-{i}.log")),
             listen: SocketAddr::new(IpAddr::V4(node_ip(i)), 0),
             child: None,
+            seed: None,
+            metrics: origin_run,
+            metrics_addr: None,
+            members: Arc::default(),
         });
     }
 
@@ -973,7 +1169,22 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
         health: health.clone(),
     };
     let interrupted = crate::cmd::stop_signal();
-    let started = start_nodes(&plan, nodes, &mut cluster);
+    let started = async {
+        if !origin_run || nodes.is_empty() {
+            return start_nodes(&plan, nodes, &mut cluster).await;
+        }
+        // Node 0 first, then every other seeded with it; the run starts when every node
+        // knows every member (parents are by each node's own roster).
+        let mut rest = nodes;
+        let first = rest.remove(0);
+        start_nodes(&plan, vec![first], &mut cluster).await?;
+        let seed = cluster.nodes[0].listen;
+        for n in &mut rest {
+            n.seed = Some(seed);
+        }
+        start_nodes(&plan, rest, &mut cluster).await?;
+        wait_members(&cluster).await
+    };
     tokio::pin!(interrupted);
     tokio::select! {
         r = started => r?,
@@ -1020,7 +1231,6 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
         ),
     );
 
-    let clock = Clock::new(Instant::now());
     let hints = s.client.lookup_load_hints.then(|| Hints {
         counters: Mutex::new(
             (0..s.cluster.nodes)
@@ -1056,10 +1266,15 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
         reads: AtomicU64::new(0),
         downloads_done: AtomicU64::new(0),
         downloads_completed: AtomicU64::new(0),
+        round_ends: Mutex::new(vec![None; rounds as usize]),
+        origin,
     });
 
     // Faults on their own task; it hands the cluster back when told to stop.
     let t0 = tokio::time::Instant::now();
+    let t0_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let (stop_faults, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let faults = tokio::spawn(async move {
         for step in &steps {
@@ -1105,12 +1320,61 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
     let (mut cluster, fault_result) = faults
         .await
         .map_err(|e| NodeError::Failed(format!("fault task: {e}")))?;
+    // The relays' counters, before the nodes stop.
+    let mut relay = None;
+    if let Some(o) = &world.origin {
+        let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+        for n in &cluster.nodes {
+            if let (Some(addr), true) = (n.metrics_addr, n.child.is_some()) {
+                match swarm_origin::scrape(addr).await {
+                    Ok(m) => {
+                        for (k, v) in m {
+                            *sums.entry(k).or_insert(0.0) += v;
+                        }
+                    }
+                    Err(e) => note(quiet, &format!("node {}: {e}", n.index)),
+                }
+            }
+        }
+        let r = &s.readers;
+        let starts: Vec<f64> = (0..rounds)
+            .map(|k| t0_unix + r.first_round_at_secs + f64::from(k) * r.round_interval_secs)
+            .collect();
+        let spans: Vec<u64> = world
+            .round_ends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .enumerate()
+            .map(|(k, end)| {
+                let start = t0.into_std()
+                    + Duration::from_secs_f64(
+                        r.first_round_at_secs + k as f64 * r.round_interval_secs,
+                    );
+                end.map_or(0, |e| e.saturating_duration_since(start).as_nanos() as u64)
+            })
+            .collect();
+        let file: u64 = (0..s.blocks()).map(|b| s.block_bytes(b)).sum();
+        relay = Some(
+            swarm_origin::RealRelay {
+                file_bytes: file,
+                scale: plan.scale,
+                served: &o.server.served()?,
+                round_starts: &starts,
+                round_span_ns: spans,
+                reader_fetches: o.fetch.blocks(),
+                nodes: &sums,
+            }
+            .metrics(),
+        );
+    }
     cluster.stop().await;
     outcome?;
     fault_result?;
 
     // The simulator's report and summary.
-    let metrics = world.sim().clone();
+    let mut metrics = world.sim().clone();
+    metrics.relay = relay;
     let summary = Summary::build(
         &s.name,
         seed,
@@ -1168,6 +1432,33 @@ pub async fn swarm(plan: SwarmPlan) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// How long every node may take to know every member (seeded with node 0, 1 s rounds).
+const MEMBERS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Waits until every node says it knows every member; an error names the node furthest
+/// from it.
+async fn wait_members(cluster: &Cluster) -> Result<(), NodeError> {
+    let want = cluster.nodes.len() as u64;
+    let started = tokio::time::Instant::now();
+    loop {
+        let least = cluster
+            .nodes
+            .iter()
+            .map(|n| (n.members.load(Ordering::Relaxed), n.index))
+            .min();
+        match least {
+            None => return Ok(()),
+            Some((have, _)) if have >= want => return Ok(()),
+            Some((have, index)) if started.elapsed() > MEMBERS_TIMEOUT => {
+                return Err(NodeError::Failed(format!(
+                    "node {index} knew {have} of {want} members after {MEMBERS_TIMEOUT:?} (its log: node-{index}.log in the work directory, kept with --keep)"
+                )))
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 /// Starts every node process concurrently into `cluster`.
 async fn start_nodes(
     plan: &SwarmPlan,
@@ -1179,9 +1470,10 @@ async fn start_nodes(
         let (exe, driver) = (plan.exe.clone(), plan.driver);
         starting.spawn(async move {
             let r = spawn_node(&exe, driver, &node, node.listen).await;
-            r.map(|(child, bound)| {
+            r.map(|(child, bound, metrics)| {
                 node.child = Some(child);
                 node.listen = bound;
+                node.metrics_addr = metrics;
                 node
             })
         });
@@ -1199,8 +1491,8 @@ async fn start_nodes(
             }
         }
     }
-    up.sort_by_key(|n| n.index);
-    cluster.nodes = up;
+    cluster.nodes.extend(up);
+    cluster.nodes.sort_by_key(|n| n.index);
     match first_error {
         Some(e) => {
             cluster.stop().await;

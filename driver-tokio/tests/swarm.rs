@@ -1,7 +1,9 @@
 //! `peerblock-node swarm` end to end: a tiny scenario (6 node processes, 2 behind NAT, a
 //! holder crashing and restarting, a node stalled and continued, 6 readers, one round)
 //! run for real, bounded; its JSON has exactly the simulator's keys, the report is the
-//! simulator's, and no process or file is left behind.
+//! simulator's, and no process or file is left behind. And a hot file that starts at the
+//! origin only (`file.placement = "origin"`) with nginx as the origin: every reader's
+//! bytes exact, the origin's egress about one file, the second wave served by the nodes.
 
 mod common;
 
@@ -187,4 +189,100 @@ fn a_bad_scenario_is_refused_naming_the_key_before_anything_starts() {
     for flag in ["--seed", "--scale", "--json", "--driver", "--max-downloads"] {
         assert!(help.contains(flag), "{help}");
     }
+}
+
+const HOT: &str = r#"
+name = "swarm-hot"
+seed = 3
+[cluster]
+nodes = 4
+upload_mbps = 160.0
+close_group = 3
+[network]
+latency = { dist = "constant", ms = 1.0 }
+transport = "http1"
+[listener]
+max_inflight_mib = 64
+max_inflight_per_source_mib = 16
+[file]
+size_mib = 4
+block_kib = 512
+placement = "origin"
+[origin]
+upload_mbps = 40.0
+latency_ms = 1.0
+[relay]
+cache_mib = 64
+[readers]
+count = 8
+start_spread_secs = 0.0
+rounds = 2
+round_interval_secs = 6.0
+parallel_blocks = 2
+[client]
+lookup_peers = 4
+"#;
+
+#[test]
+fn a_hot_file_at_the_origin_runs_for_real_with_nginx_leaving_the_origin_about_once() {
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    if nginx.is_none() {
+        eprintln!(
+            "skipped: nginx is not installed (apt-get install nginx-light; .ci/run installs it)"
+        );
+        return;
+    }
+    let dir = TempDir::new("swarm-hot");
+    let scenario = dir.join("hot.toml");
+    std::fs::write(&scenario, HOT).unwrap();
+    let json = dir.join("real.json");
+    let work = dir.join("work");
+    let out = run(
+        &[
+            "swarm",
+            scenario.to_str().unwrap(),
+            "--scale",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+            "--work-dir",
+            work.to_str().unwrap(),
+        ],
+        Duration::from_secs(90),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("origin nginx at http://127.3.0.1:"),
+        "{stderr}"
+    );
+    let real: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // Every block of both waves read and exact.
+    assert_eq!(real["downloads"]["completed"], 16, "{real}");
+    assert_eq!(real["reads"]["wrong_bytes"], 0, "{real}");
+    assert_eq!(real["reads"]["false_not_found"], 0, "{real}");
+    let origin = &real["origin"];
+    // The nodes relayed the misses; every block left the origin at least once, and the
+    // origin sent about one file, not one per reader (8 readers would be 8 files).
+    assert!(origin["relays"].as_u64().unwrap() > 0, "{origin}");
+    let per_file = origin["egress_per_file"].as_f64().unwrap();
+    assert!((1.0..2.0).contains(&per_file), "{origin}");
+    // The second wave: the nodes' caches; the origin answers nothing but the readers'
+    // probes (none: the swarm probes once), so under 1% of the file.
+    let waves = origin["egress_bytes_per_round"].as_array().unwrap();
+    assert_eq!(waves.len(), 2, "{origin}");
+    assert!(
+        waves[1].as_u64().unwrap() < (4 << 20) / 100,
+        "second wave took from the origin: {origin}"
+    );
+    assert!(origin["cache_hits"].as_u64().unwrap() > 0, "{origin}");
+    // The same report as the simulator's, with its origin lines.
+    assert!(stdout.contains("origin egress"), "{stdout}");
+    assert!(!work.exists(), "work directory left behind");
+    let left = processes_mentioning(&work);
+    assert!(left.is_empty(), "processes left: {left:?}");
 }
