@@ -126,6 +126,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Run a simulator scenario for real on this machine: one `serve` process per node on
     /// its own 127.1.x.y address, the readers in-process, the simulator's report and JSON.
+    /// A scenario whose file starts at the origin runs nginx as that origin (as root, in a
+    /// network namespace of its own where tc shapes its upload).
     Swarm(SwarmArgs),
     /// Manage Ed25519 keys: a node's key file, or the cluster authority's key that signs
     /// epochs (docs/security.md, key management).
