@@ -1129,19 +1129,8 @@ async fn read_blocks(
                     origin,
                 };
                 let r = reader.read(spec).await;
-                let written = match &r.outcome {
-                    ReadOutcome::Found(b) | ReadOutcome::FoundAtOrigin(b) => {
-                        let (b, file) = (b.clone(), file.clone());
-                        let offset = (index - 1) * manifest.block_size;
-                        let w = tokio::task::spawn_blocking(move || {
-                            use std::os::unix::fs::FileExt;
-                            file.write_all_at(&b, offset).map(|()| b.len() as u64)
-                        })
-                        .await;
-                        Some(w.unwrap_or_else(|e| Err(std::io::Error::other(e))))
-                    }
-                    _ => None,
-                };
+                let written =
+                    write_found(&r.outcome, &file, (index - 1) * manifest.block_size).await;
                 (index, r.outcome.name(), written)
             });
         }
@@ -1163,19 +1152,10 @@ async fn read_blocks(
         return Err(io_err("cannot write", part.path.display(), e));
     }
     if !failed.is_empty() {
-        failed.sort_unstable();
-        for (index, outcome) in &failed {
-            eprintln!("block {index}: {outcome}");
-        }
-        let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
-        for (_, o) in &failed {
-            *classes.entry(o).or_default() += 1;
-        }
-        let summary: Vec<String> = classes.iter().map(|(o, n)| format!("{n} {o}")).collect();
         return Err(NodeError::Failed(format!(
             "{} of {blocks} blocks not read: {}",
             failed.len(),
-            summary.join(", ")
+            failed_summary(&mut failed)
         )));
     }
     // Reading the file back and the fsync and rename are blocking file work: off the
@@ -1215,6 +1195,40 @@ struct ObjectFetch {
     observer: crate::reader::GetObserver,
     upstream_refused: Arc<Mutex<Option<u16>>>,
     clock: Clock,
+}
+
+/// Writes a found block at `offset` of `file` off the runtime's threads: `Some` with the
+/// bytes written or the error, `None` when the read found nothing.
+async fn write_found(
+    outcome: &ReadOutcome,
+    file: &Arc<std::fs::File>,
+    offset: u64,
+) -> Option<std::io::Result<u64>> {
+    let (ReadOutcome::Found(b) | ReadOutcome::FoundAtOrigin(b)) = outcome else {
+        return None;
+    };
+    let (b, file) = (b.clone(), file.clone());
+    let w = tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&b, offset).map(|()| b.len() as u64)
+    })
+    .await;
+    Some(w.unwrap_or_else(|e| Err(std::io::Error::other(e))))
+}
+
+/// Prints each failed block (`block I: OUTCOME`, in index order) and returns the failures
+/// counted by outcome (`"2 unavailable, 1 absent"`).
+fn failed_summary(failed: &mut [(u64, &'static str)]) -> String {
+    failed.sort_unstable();
+    for (index, outcome) in failed.iter() {
+        eprintln!("block {index}: {outcome}");
+    }
+    let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, o) in failed.iter() {
+        *classes.entry(o).or_default() += 1;
+    }
+    let summary: Vec<String> = classes.iter().map(|(o, n)| format!("{n} {o}")).collect();
+    summary.join(", ")
 }
 
 /// `fetch URL`: probes the object's identity (size and validator) with `Range:
@@ -1358,18 +1372,7 @@ async fn read_object(
                     origin: Some(header),
                 };
                 let r = reader.read(spec).await;
-                let written = match &r.outcome {
-                    ReadOutcome::Found(b) | ReadOutcome::FoundAtOrigin(b) => {
-                        let (b, file) = (b.clone(), file.clone());
-                        let w = tokio::task::spawn_blocking(move || {
-                            use std::os::unix::fs::FileExt;
-                            file.write_all_at(&b, start).map(|()| b.len() as u64)
-                        })
-                        .await;
-                        Some(w.unwrap_or_else(|e| Err(std::io::Error::other(e))))
-                    }
-                    _ => None,
-                };
+                let written = write_found(&r.outcome, &file, start).await;
                 (index, r.outcome.name(), written)
             });
         }
@@ -1391,22 +1394,13 @@ async fn read_object(
         return Err(io_err("cannot write", part.path.display(), e));
     }
     if !failed.is_empty() {
-        failed.sort_unstable();
-        for (index, outcome) in &failed {
-            eprintln!("block {index}: {outcome}");
-        }
-        let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
-        for (_, o) in &failed {
-            *classes.entry(o).or_default() += 1;
-        }
-        let summary: Vec<String> = classes.iter().map(|(o, n)| format!("{n} {o}")).collect();
         let why = origin
             .problem()
             .map_or_else(String::new, |p| format!(" ({p})"));
         return Err(NodeError::Failed(format!(
             "{} of {blocks} blocks not read: {}{why}; nothing was written at {}",
             failed.len(),
-            summary.join(", "),
+            failed_summary(&mut failed),
             plan.output.display()
         )));
     }
