@@ -25,7 +25,6 @@ use peerblock_common::manifest;
 use peerblock_common::object::ObjectIdentity;
 use sim::metrics::RelayMetrics;
 use sim::model::content::Content;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use crate::node::NodeError;
@@ -310,31 +309,42 @@ pub fn object_content(content: &Content, identity: &ObjectIdentity) -> Content {
     c
 }
 
-/// A node's `/metrics`, each metric's samples summed over its labels.
+/// A node's `/metrics` (one GET through hyper's HTTP/1.1 client), each metric's samples
+/// summed over its labels.
 pub async fn scrape(addr: SocketAddr) -> Result<BTreeMap<String, f64>, NodeError> {
+    use http_body_util::{BodyExt, Empty};
     let failed = |e: String| NodeError::Failed(format!("scraping {addr}/metrics: {e}"));
     let body = tokio::time::timeout(SCRAPE_TIMEOUT, async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: swarm\r\n\r\n")
-            .await?;
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).await?;
-        Ok::<_, std::io::Error>(out)
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request = hyper::Request::get("/metrics")
+            .header(hyper::header::HOST, addr.to_string())
+            .body(Empty::<hyper::body::Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("answered {}", response.status()));
+        }
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(body.to_bytes())
     })
     .await
     .map_err(|_| failed(format!("no answer within {SCRAPE_TIMEOUT:?}")))?
-    .map_err(|e| failed(e.to_string()))?;
-    let text = String::from_utf8_lossy(&body);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        return Err(failed("no end of header".into()));
-    };
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        return Err(failed(format!(
-            "answered {}",
-            head.lines().next().unwrap_or("")
-        )));
-    }
-    Ok(parse_metrics(body))
+    .map_err(failed)?;
+    Ok(parse_metrics(&String::from_utf8_lossy(&body)))
 }
 
 /// Prometheus text: each metric's samples summed over their labels.
