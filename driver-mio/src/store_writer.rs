@@ -112,3 +112,58 @@ pub(crate) fn keep_checked(store: &FileStore, path: BlockPath, bytes: Bytes, the
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peerblock_common::relay_cache::RelayCache;
+    use peerblock_core::wire::ChunkKey;
+
+    /// Rule: an object block's continuation (which answers the relay's waiters) runs only
+    /// once the block is in the hot-block cache and the relay cache, so a miss after the
+    /// answer finds it and never starts a second origin fetch.
+    #[test]
+    fn keep_checked_runs_its_continuation_only_once_the_block_is_kept() {
+        let root = std::env::temp_dir().join(format!("peerblock-keep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let cache = RelayCache::open(&root, 16 << 20, Default::default()).unwrap();
+        let store = FileStore::with_cache(&root, 8 << 20, 16 << 20).with_relay_cache(cache);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for index in 0..32u64 {
+            let path = BlockPath {
+                key: ChunkKey::from_array([7; 32]),
+                index,
+            };
+            let seen = store.clone();
+            let tx = tx.clone();
+            keep_checked(
+                &store,
+                path,
+                Bytes::from(vec![index as u8; 1 << 20]),
+                Box::new(move |_| {
+                    let hot = seen.cached(&path).is_some();
+                    let kept = seen.relay_cache().is_some_and(|c| c.contains(&path));
+                    tx.send((index, hot, kept)).unwrap();
+                }),
+            );
+        }
+        drop(tx);
+        let seen: Vec<_> = (0..32)
+            .map(|_| {
+                rx.recv_timeout(std::time::Duration::from_secs(30))
+                    .expect("every continuation runs")
+            })
+            .collect();
+        for (index, hot, kept) in seen {
+            assert!(
+                hot,
+                "block {index} answered before it was in the hot-block cache"
+            );
+            assert!(
+                kept,
+                "block {index} answered before it was in the relay cache"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -183,6 +183,16 @@ fn a_bad_scenario_is_refused_naming_the_key_before_anything_starts() {
         BOUND,
     );
     assert_eq!(out.status.code(), Some(2));
+    // The simulator's relay ablations have no switch in the node: refused by name.
+    std::fs::write(
+        &scenario,
+        "[network]\ntransport = \"http1\"\n[file]\nplacement = \"origin\"\n[relay]\nthrough_parent = false\n",
+    )
+    .unwrap();
+    let out = run(&["swarm", scenario.to_str().unwrap()], BOUND);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("relay.through_parent = false"), "{stderr}");
     let out = run(&["swarm", "--help"], BOUND);
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
