@@ -216,6 +216,8 @@ impl OutcomeClass {
             Ending::Cancelled => OutcomeClass::Cancelled,
             Ending::Corrupt | Ending::Failed(E::Validation | E::Length(_)) => OutcomeClass::Invalid,
             Ending::UpstreamRefused { .. } | Ending::Failed(_) => OutcomeClass::Unavailable,
+            // An ending a later core adds (the enum is `#[non_exhaustive]`): no block.
+            _ => OutcomeClass::Unavailable,
         }
     }
 

@@ -141,6 +141,16 @@ impl<K> Deadline<K> {
     pub fn wait_from(&self, now: Instant) -> Duration {
         self.at.saturating_duration_since(now)
     }
+
+    /// The same wait as a blocking driver's socket timeout: `Some` of a duration that is
+    /// never zero (std's `set_read_timeout` refuses `Some(Duration::ZERO)`), or `None` when
+    /// the deadline is due at `now` — call the machine's `handle_timeout(now)` instead of
+    /// waiting. (Never hand this `None` to `set_read_timeout`: there it means "block
+    /// forever".)
+    pub fn timeout_from(&self, now: Instant) -> Option<Duration> {
+        let wait = self.wait_from(now);
+        (!wait.is_zero()).then_some(wait)
+    }
 }
 
 /// Maps a driver's monotonic clock onto core's [`Instant`] and back.
@@ -183,6 +193,24 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeout_from_is_never_zero_and_none_once_the_deadline_is_due() {
+        let d = Deadline {
+            at: Instant::from_secs(10),
+            timer: (),
+        };
+        assert_eq!(d.timeout_from(Instant::from_secs(10)), None);
+        assert_eq!(d.timeout_from(Instant::from_secs(11)), None);
+        assert_eq!(
+            d.timeout_from(Instant::from_secs(10) - Duration::from_nanos(1)),
+            Some(Duration::from_nanos(1))
+        );
+        assert_eq!(
+            d.timeout_from(Instant::from_secs(7)),
+            Some(Duration::from_secs(3))
+        );
+    }
 
     #[test]
     fn arithmetic_saturates_instead_of_panicking() {

@@ -94,6 +94,7 @@ proptest! {
                             ServerEvent::Roster { id, .. } => c.pending.push((id, false)),
                             ServerEvent::SourceTimedOut { id } => c.pending.retain(|(p, _)| *p != id),
                             ServerEvent::Rejected { .. } => {}
+                            other => panic!("an event this test does not know: {other:?}"),
                         }
                     }
                     if !c.pending.is_empty() {
@@ -258,6 +259,7 @@ mod client {
                     }
                     ClientEvent::Validate { .. } => assert_eq!(dones, 0),
                     ClientEvent::Done(_) => dones += 1,
+                    other => panic!("an event this test does not know: {other:?}"),
                 }
                 log.push(format!("{e:?}"));
             }

@@ -908,6 +908,8 @@ impl ClientConn {
                         self.exchange.handle_validated(now, valid);
                     }
                     ClientEvent::Done(outcome) => return self.finish(w, key, outcome),
+                    // An event a later core adds (`#[non_exhaustive]`): nothing asked of us.
+                    _ => {}
                 }
             }
             if self.dialing {

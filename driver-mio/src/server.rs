@@ -990,6 +990,8 @@ impl ServerConn {
                     leave_flight(&shared, now, waiter);
                 }
             }
+            // An event a later core adds (`#[non_exhaustive]`): nothing to answer.
+            other => tracing::debug!(peer = %self.peer, event = ?other, "server event ignored"),
         }
     }
 

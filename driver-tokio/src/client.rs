@@ -587,6 +587,8 @@ async fn drive(
                     exchange.handle_validated(inner.now(), valid);
                 }
                 ClientEvent::Done(outcome) => return (exchange, outcome, stream),
+                // An event a later core adds (`#[non_exhaustive]`): nothing asked of us.
+                _ => {}
             }
         }
         if exchange.is_finished() {

@@ -366,6 +366,8 @@ impl ObjectClient {
                             stream,
                         )
                     }
+                    // An event a later core adds (`#[non_exhaustive]`): nothing asked.
+                    _ => {}
                 }
             }
             let deadline = exchange.poll_timeout().map(|d| d.at);

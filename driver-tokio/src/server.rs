@@ -728,6 +728,8 @@ impl Conn {
                     handle.abort();
                 }
             }
+            // An event a later core adds (`#[non_exhaustive]`): nothing to answer.
+            other => tracing::debug!(peer = %self.peer, event = ?other, "server event ignored"),
         }
     }
 

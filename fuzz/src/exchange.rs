@@ -361,6 +361,7 @@ impl World {
                     }
                     self.pool = conn;
                 }
+                other => panic!("an event this harness does not know: {other:?}"),
             }
         }
         assert_eq!(

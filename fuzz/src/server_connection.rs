@@ -331,6 +331,7 @@ impl World {
                 );
                 e.statuses = Some(&[500]);
             }
+            other => panic!("an event this harness does not know: {other:?}"),
         }
     }
 

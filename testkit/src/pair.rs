@@ -562,6 +562,8 @@ impl<B: BlockSource> Pair<B> {
                     return Some(Answer::Roster(id, membership.snapshot()));
                 }
                 ServerEvent::Rejected { .. } | ServerEvent::SourceTimedOut { .. } => return None,
+                // An event a later core adds (`#[non_exhaustive]`): nothing to answer.
+                _ => return None,
             };
             match reply? {
                 (delay, result) if delay == Duration::ZERO => Some(Answer::Source(id, result)),

@@ -170,6 +170,8 @@ pub fn poll_exchange(
                 exchange.handle_validated(now, ok);
             }
             ClientEvent::Done(outcome) => return Some(ClientStep::Done(outcome)),
+            // An event a later core adds (`#[non_exhaustive]`): nothing asked of us.
+            _ => {}
         }
     }
 }

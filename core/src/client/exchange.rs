@@ -202,6 +202,7 @@ impl<'a> ExchangeRequest<'a> {
 
 /// What the machine asks of the driver besides bytes.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ClientEvent {
     /// The final response head arrived (interim `1xx` heads are skipped): the exchange is
     /// making progress. Emitted at most once, before any other event of the response.

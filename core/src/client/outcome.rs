@@ -86,6 +86,7 @@ pub enum ProtocolError {
 
 /// Why an exchange failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExchangeError {
     /// The driver reported that connecting failed (refused port, unreachable host).
     #[error("could not connect to the peer")]
@@ -129,6 +130,7 @@ pub struct RosterAnswer {
 
 /// How one exchange ended.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Ending {
     /// 200 with exactly the block bytes (validated if a validator was given).
     Block(Bytes),

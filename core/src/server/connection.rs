@@ -238,6 +238,7 @@ impl RequestRejection {
 /// request order. Drain events before transmits: an event about a request always comes
 /// before that request's response is handed out.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ServerEvent {
     /// Look the block up locally; answer with [`ServerConnection::handle_source`].
     Fetch {

@@ -164,6 +164,8 @@ impl ServerApp<u32> for NodeApp<'_> {
             }
             // Peer errors: nothing to answer; no roster requests.
             ServerEvent::Roster { .. } | ServerEvent::Rejected { .. } => None,
+            // An event a later core adds (`#[non_exhaustive]`): nothing to answer.
+            _ => None,
         }
     }
 }
