@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use peerblock_common::store::{FileStore, DEFAULT_MAX_BLOCK_SIZE};
-use peerblock_core::roster::{Roster, NO_EPOCH};
+use peerblock_core::roster::Roster;
 use peerblock_core::server::{
     Admission, AdmissionConfig, ServerConfig, ServerConnection, ServerEvent, SourceResult,
 };
@@ -207,14 +207,7 @@ fn answer(node: &Node, m: &mut ServerConnection, event: ServerEvent) {
             m.handle_source(node.now(), &mut node.admission(), id, SourceResult::Miss)
         }
         // No membership table: core adds this node to the empty roster.
-        ServerEvent::Roster { id, .. } => {
-            let roster = Roster {
-                epoch: NO_EPOCH,
-                epoch_sig: None,
-                members: Vec::new(),
-            };
-            m.handle_roster(node.now(), id, &roster)
-        }
+        ServerEvent::Roster { id, .. } => m.handle_roster(node.now(), id, &Roster::empty()),
         ServerEvent::Rejected { status, error, .. } => {
             eprintln!("request rejected with {status}: {error}");
             Ok(())

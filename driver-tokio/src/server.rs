@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use peerblock_core::roster::{Attestation, LearnOutcome, Roster, NO_EPOCH};
+use peerblock_core::roster::{Attestation, LearnOutcome, Roster};
 use peerblock_core::server::{
     Admission, AdmissionConfig, AdmissionConfigError, RequestId, RequestRejection, ServerConfig,
     ServerConfigError, ServerConnection, ServerEvent, SourceResult,
@@ -705,11 +705,7 @@ impl Conn {
                         table.snapshot()
                     }
                     // No table: core adds this node's own entry to the empty roster.
-                    None => Roster {
-                        epoch: NO_EPOCH,
-                        members: Vec::new(),
-                        epoch_sig: None,
-                    },
+                    None => Roster::empty(),
                 };
                 if let Err(e) = self.machine.handle_roster(now, id, &roster) {
                     tracing::debug!(peer = %self.peer, error = %e, "roster answer dropped");

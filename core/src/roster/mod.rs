@@ -327,6 +327,23 @@ fn quote_prefix(s: &str, max: usize) -> String {
 }
 
 impl Roster {
+    /// A roster of no members and no epoch ([`NO_EPOCH`], unsigned): what a node without a
+    /// membership table answers a roster request with. Core adds the answering node's own
+    /// entry when it writes the answer, so this is "just me" on the wire.
+    pub fn empty() -> Roster {
+        Roster::of(Vec::new())
+    }
+
+    /// A roster of `members` with no epoch ([`NO_EPOCH`], unsigned). A driver with a
+    /// membership table answers with its snapshot instead (`Membership::snapshot`).
+    pub fn of(members: Vec<RosterMember>) -> Roster {
+        Roster {
+            epoch: NO_EPOCH,
+            epoch_sig: None,
+            members,
+        }
+    }
+
     /// Decodes and checks a roster body received from a peer.
     ///
     /// Reads both our spelling and a Go peer's: keys match case-insensitively by Go's
@@ -462,6 +479,17 @@ fn epoch_string<S: serde::Serializer>(epoch: &u64, s: S) -> Result<S::Ok, S::Err
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_roster_has_no_epoch_no_signature_and_no_members_and_round_trips() {
+        let r = Roster::empty();
+        assert_eq!((r.epoch, r.epoch_sig, r.members.len()), (NO_EPOCH, None, 0));
+        let m = RosterMember::new("n1", "127.0.0.1:7070", 1.0);
+        let r = Roster::of(vec![m.clone()]);
+        assert_eq!((r.epoch, r.epoch_sig, r.members), (NO_EPOCH, None, vec![m]));
+        let body = serde_json::to_vec(&Roster::empty()).unwrap();
+        assert_eq!(Roster::from_json(&body).unwrap(), Roster::empty());
+    }
 
     #[test]
     fn an_id_of_128_bytes_and_an_address_of_272_are_accepted_one_more_refused() {
