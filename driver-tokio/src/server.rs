@@ -297,8 +297,14 @@ impl ServerHandle {
         self.shared.admission().sessions()
     }
 
+    /// Requests core's admission holds now (begun and not yet fully written).
+    pub fn requests(&self) -> usize {
+        self.shared.admission().requests()
+    }
+
     /// Resolves once `condition` holds, checking it now and again whenever a connection
-    /// is admitted, refused or closed: lets a test or a tool wait for a state of the
+    /// is admitted, refused or closed (and, with a silent channel table, whenever a
+    /// response is fully written): lets a test or a tool wait for a state of the
     /// server (`h.sessions() == 2`, a metric reaching a count) without polling on a timer.
     /// Bound it with a timeout if the state may never come.
     pub async fn wait_until(&self, mut condition: impl FnMut(&ServerHandle) -> bool) {
@@ -834,6 +840,11 @@ impl Conn {
         {
             let mut admission = self.shared.admission();
             self.machine.handle_transmitted(now, &mut admission);
+        }
+        if self.shared.silent_channels.is_some() {
+            // A request's channel is free again: say so to `ServerHandle::wait_until`.
+            // Only with a channel table (replays), so serving pays nothing for it.
+            self.shared.changed.notify_waiters();
         }
         let metrics = &self.shared.metrics;
         let body = tx.body.len() as u64;

@@ -130,10 +130,22 @@ async fn a_silent_channel_table_counts_sessions_and_requests() {
     };
     let handle = node_with_channels(true, admission, Some(3)).await;
     let addr = handle.local_addr();
+    // A response's bytes reach the client before the server has acknowledged them and
+    // released the request's channel: wait for the release before the next request.
+    let released = || async {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            handle.wait_until(|h| h.requests() == 0),
+        )
+        .await
+        .expect("the request's channel is released once its response is written");
+    };
     let mut first = request(addr).await;
     assert_eq!(status(&mut first, Duration::from_secs(5)).await, Some(200));
+    released().await;
     let mut second = request(addr).await;
     assert_eq!(status(&mut second, Duration::from_secs(5)).await, Some(200));
+    released().await;
     // Two idle sessions hold two channels: a third session fits, its request does not.
     let mut third = request(addr).await;
     assert_eq!(status(&mut third, Duration::from_secs(5)).await, Some(0));
