@@ -682,8 +682,10 @@ impl FileStore {
         self.lookups.fetch_add(1, Ordering::Relaxed);
         let hit = self.lock_cache().get(path);
         if hit.is_some() {
+            // The relay cache's lock only when it holds anything (its byte gauge is an
+            // atomic): a node that never relayed pays nothing on its hot path.
             if let Some(relay) = self.relay.as_deref() {
-                if relay.contains(path) {
+                if relay.counters().bytes.get() > 0 && relay.contains(path) {
                     relay.counters().hits.inc();
                 }
             }
