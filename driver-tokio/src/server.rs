@@ -39,7 +39,7 @@ use peerblock_core::server::{
 use peerblock_core::time::{Clock, Instant};
 use peerblock_core::transmit::{Close, Transmit};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio::time::Sleep;
 
@@ -47,14 +47,6 @@ use crate::metrics::Metrics;
 use crate::pace::{ConnPace, UploadPacing};
 use crate::source::{BlockFuture, BlockSource};
 use crate::SharedMembership;
-
-/// Most connections refused at accept that are answered at once (each on a small task of
-/// its own). A refused connection holds no session but still costs a socket, a 4 KiB
-/// discard window and a task for at most `refusal_head_timeout + linger` (4 s by default);
-/// 256 of them is about 1 MiB and as many sockets as the default `max_sessions`. Over the
-/// bound the socket is closed at once without an answer: a flood of diallers cannot make
-/// the refusals themselves the overload.
-pub const MAX_REFUSAL_TASKS: usize = 256;
 
 /// How long the accept loop pauses after an accept error (out of file descriptors, say)
 /// before accepting again, so a persistent error does not spin a core.
@@ -162,7 +154,6 @@ struct Shared {
     source: Arc<dyn BlockSource>,
     clock: Clock,
     metrics: Metrics,
-    refusals: Arc<Semaphore>,
     pacing: UploadPacing,
     silent_when_full: bool,
     silent_channels: Option<usize>,
@@ -230,7 +221,6 @@ impl Server {
                 source: options.source,
                 clock: options.clock,
                 metrics: options.metrics,
-                refusals: Arc::new(Semaphore::new(MAX_REFUSAL_TASKS)),
                 pacing: options.pacing,
                 silent_when_full: options.silent_when_full,
                 silent_channels: options.silent_channels,
@@ -386,7 +376,8 @@ async fn wait_for_a_free_session(shared: &Shared, phase: &mut watch::Receiver<Ph
 }
 
 /// Admission at accept time: an admitted connection gets its task; a refused one the
-/// light path (bounded by [`MAX_REFUSAL_TASKS`]) or, over the bound, an immediate close.
+/// light path (within core's `AdmissionConfig::max_refusals`) or, over that bound, an
+/// immediate close.
 fn on_accept(
     shared: &Arc<Shared>,
     stream: TcpStream,
@@ -413,17 +404,13 @@ fn on_accept(
     if let Some(refusal) = machine.refused() {
         shared.metrics.refused(refusal.reason.as_token());
         shared.changed.notify_waiters();
-        match Arc::clone(&shared.refusals).try_acquire_owned() {
-            Ok(permit) => {
-                tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused: answering its first request");
-                let conn = Conn::new(Arc::clone(shared), stream, peer, machine, false);
-                tokio::spawn(refuse(conn, phase.clone(), done.clone(), permit));
-            }
-            Err(_) => {
-                tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused and the refusal path is full: closed at once");
-                let mut conn = Conn::new(Arc::clone(shared), stream, peer, machine, false);
-                conn.close();
-            }
+        let mut conn = Conn::new(Arc::clone(shared), stream, peer, machine, false);
+        if conn.machine.dropped_at_accept() {
+            tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused and the refusal path is full: closed at once");
+            conn.close();
+        } else {
+            tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused: answering its first request");
+            tokio::spawn(refuse(conn, phase.clone(), done.clone()));
         }
         return;
     }
@@ -451,13 +438,9 @@ async fn serve(mut conn: Conn, mut phase: watch::Receiver<Phase>, _done: mpsc::S
 
 /// A refused connection's task: the machine (in its refusing state) reads the first
 /// request head, hands out the 503 and lingers; the same loop drives it, but it never
-/// asks a source and holds a refusal permit instead of a session.
-async fn refuse(
-    mut conn: Conn,
-    mut phase: watch::Receiver<Phase>,
-    _done: mpsc::Sender<()>,
-    _permit: OwnedSemaphorePermit,
-) {
+/// asks a source and holds one of core's refusal slots instead of a session (released
+/// by `close`).
+async fn refuse(mut conn: Conn, mut phase: watch::Receiver<Phase>, _done: mpsc::Sender<()>) {
     let ended = conn.run(&mut phase).await;
     conn.ended(ended);
 }
