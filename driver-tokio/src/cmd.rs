@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use crate::client::{Client, ClientOptions, Fetched, GetOptions, OutcomeClass, Peer, PoolConfig};
 use crate::config::{BodyPathKey, NodeConfig, WhenFullKey};
 use crate::manifest::{self, Manifest};
-use crate::metrics::{serve_metrics, Metrics};
+use crate::metrics::{serve_admin, Metrics};
 use crate::node::{DriverKind, FetchPlan, GetPlan, NodeError, ServePlan};
 use crate::pace::UploadPacing;
 use crate::progress::Progress;
@@ -161,8 +161,9 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let bound = listener
         .local_addr()
         .map_err(|e| io_err("cannot read the bound address of", plan.listen, e))?;
-    // With port 0 the advertised address is the one the kernel chose.
-    let advertised = if plan.listen.port() == 0 {
+    // With port 0 the advertised address is the one the kernel chose (unless
+    // `--advertise` named it).
+    let advertised = if plan.listen.port() == 0 && !plan.advertise_given {
         bound.to_string()
     } else {
         plan.advertised_addr.clone()
@@ -242,6 +243,10 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         DriverKind::Mio => RunningNode::mio(parts, listener)?,
     };
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Set once the node serves (`listening` printed), cleared when it starts to stop:
+    // `/readyz` answers 503 from the first signal on, so an orchestrator stops sending
+    // new readers while in-flight responses finish.
+    let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut metrics_at = None;
     let metrics_task = match plan.metrics {
         Some(addr) => {
@@ -253,8 +258,9 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
             metrics_at = Some(at);
             let mut stop = stop_rx.clone();
             let m = metrics.clone();
+            let ready = readiness(&plan, &advertised, membership.clone(), serving.clone());
             Some(tokio::spawn(async move {
-                serve_metrics(l, m, async move {
+                serve_admin(l, m, Some(ready), async move {
                     let _ = stop.wait_for(|s| *s).await;
                 })
                 .await
@@ -263,6 +269,7 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         None => None,
     };
     let stop = Stop::install();
+    serving.store(true, std::sync::atomic::Ordering::SeqCst);
     say(&format!("listening {bound}"));
     if let Some(at) = metrics_at {
         say(&format!("metrics {at}"));
@@ -272,6 +279,7 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let node = node.start_roster(membership.clone(), refresh)?;
     let watch_members = tokio::spawn(print_members(membership.clone()));
     stop.wait().await;
+    serving.store(false, std::sync::atomic::Ordering::SeqCst);
     tracing::info!("shutting down: no new connections, in-flight responses finish");
     watch_members.abort();
     node.shutdown().await;
@@ -281,6 +289,47 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `serve`'s readiness (`GET /readyz` on the admin address): the node serves (its
+/// listener bound, no stop signal yet), its store directory can be read, and, when its
+/// seeds name anyone but itself, its roster table knows at least one member (learned from
+/// a seed's roster, or from a peer that called). A node whose seeds all resolve to its own
+/// address (the first pod of a DaemonSet) has nobody to learn from and is ready alone.
+fn readiness(
+    plan: &ServePlan,
+    advertised: &str,
+    membership: SharedMembership,
+    serving: Arc<std::sync::atomic::AtomicBool>,
+) -> crate::metrics::ReadinessCheck {
+    let store = plan.store.clone();
+    let needs_peers = !plan.seeds.is_empty()
+        && (plan.seeds_unresolved || plan.seed_addrs.iter().any(|a| a != advertised));
+    let seeds = plan.seeds.join(", ");
+    Arc::new(move || {
+        let mut not = Vec::new();
+        if !serving.load(std::sync::atomic::Ordering::SeqCst) {
+            not.push("the peer listener is not serving (starting or stopping)".to_owned());
+        }
+        match std::fs::read_dir(&store) {
+            Ok(mut entries) => {
+                if let Some(Err(e)) = entries.next() {
+                    not.push(format!("store {}: cannot be read: {e}", store.display()));
+                }
+            }
+            Err(e) => not.push(format!("store {}: cannot be read: {e}", store.display())),
+        }
+        if needs_peers && lock(&membership).is_empty() {
+            not.push(format!(
+                "no member learned yet: no seed has answered with a roster ({seeds})"
+            ));
+        }
+        if not.is_empty() {
+            Ok(())
+        } else {
+            Err(not.join("; "))
+        }
+    })
 }
 
 /// The table `serve` keeps: this node (its record signed when its id is its key's), the
