@@ -225,6 +225,10 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         }
         Err(e) => tracing::warn!(error = %e, "the stale temporary file scan did not complete"),
     }
+    // The store's file system, sampled now (the first scrape has it) and then every
+    // STORE_FS_SAMPLE while the node runs.
+    sample_store_fs(&plan.store, &metrics);
+    let fs_sampler = tokio::spawn(sample_store_fs_every(plan.store.clone(), metrics.clone()));
     let server_config = Arc::new(
         plan.config
             .server_config(plan.node_id.clone(), advertised.clone()),
@@ -282,6 +286,7 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     serving.store(false, std::sync::atomic::Ordering::SeqCst);
     tracing::info!("shutting down: no new connections, in-flight responses finish");
     watch_members.abort();
+    fs_sampler.abort();
     node.shutdown().await;
     let _ = stop_tx.send(true);
     if let Some(task) = metrics_task {
@@ -289,6 +294,39 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How often `serve` samples the file system holding its store for
+/// `peerblock_store_filesystem_avail_bytes` and `_size_bytes`: a disk fills over minutes,
+/// and Prometheus scrapes every 15 to 60 s.
+pub(crate) const STORE_FS_SAMPLE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Sets the store file system gauges from one `statvfs` of `store` (left as they were,
+/// with a debug line, when it fails: a store that is gone fails `/readyz` instead).
+fn sample_store_fs(store: &std::path::Path, metrics: &Metrics) {
+    match rustix::fs::statvfs(store) {
+        Ok(st) => {
+            let unit = st.f_frsize.max(1);
+            let clamp =
+                |blocks: u64| i64::try_from(blocks.saturating_mul(unit)).unwrap_or(i64::MAX);
+            metrics.store_fs_avail_bytes.set(clamp(st.f_bavail));
+            metrics.store_fs_size_bytes.set(clamp(st.f_blocks));
+        }
+        Err(e) => {
+            tracing::debug!(store = %store.display(), error = %e, "statvfs of the store failed")
+        }
+    }
+}
+
+/// [`sample_store_fs`] every [`STORE_FS_SAMPLE`], off the runtime's threads.
+async fn sample_store_fs_every(store: std::path::PathBuf, metrics: Metrics) {
+    let mut tick = tokio::time::interval(STORE_FS_SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (s, m) = (store.clone(), metrics.clone());
+        let _ = tokio::task::spawn_blocking(move || sample_store_fs(&s, &m)).await;
+    }
 }
 
 /// `serve`'s readiness (`GET /readyz` on the admin address): the node serves (its

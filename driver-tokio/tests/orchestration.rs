@@ -364,3 +364,21 @@ fn readyz_fails_when_the_store_cannot_be_read() {
     );
     assert!(node.terminate());
 }
+
+#[test]
+fn the_store_file_system_is_measured_for_the_store_near_full_alert() {
+    let dir = TempDir::new("store-fs");
+    let node = Node::start(&dir.join("store"), &[], &["--metrics", "127.0.0.1:0"]);
+    let admin = node.metrics_addr();
+    let (status, text) = http_get(&admin, "/metrics");
+    assert_eq!(status, 200);
+    let value = |name: &str| -> i64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    let size = value("peerblock_store_filesystem_size_bytes");
+    let avail = value("peerblock_store_filesystem_avail_bytes");
+    assert!(size > 0 && (0..=size).contains(&avail), "{size} {avail}");
+    assert!(node.terminate());
+}
