@@ -35,6 +35,10 @@ pub const EXIT_IO: u8 = 3;
 /// not touched.
 pub const EXIT_INTERRUPTED: u8 = 130;
 
+/// How long `serve` lets in-flight responses finish after SIGINT/SIGTERM: an
+/// orchestrator's grace period before SIGKILL must be longer (docs/deploy.md).
+pub use crate::cmd::SHUTDOWN_GRACE;
+
 /// Domain-separation tag for ids derived from names: a node started with `--id NAME`
 /// (anything but 64 hex digits) has the id BLAKE3(`NODE_ID_TAG` ‖ NAME).
 pub const NODE_ID_TAG: &[u8] = b"peerblock-node-id-v1\0";
