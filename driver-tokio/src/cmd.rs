@@ -156,6 +156,7 @@ pub(crate) fn stop_signal() -> impl Future<Output = ()> {
 pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let metrics = Metrics::new();
+    prime_series(&metrics);
     let listener = bind(plan.listen, plan.config.listener.when_full)
         .map_err(|e| io_err("cannot bind --listen", plan.listen, e))?;
     let bound = listener
@@ -294,6 +295,23 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Creates, at 0, the labelled series the alert rules and the dashboard divide by or
+/// watch (deploy/prometheus): responses `200`, `404`, `503` and a refusal count per
+/// reason. A labelled counter that first appears at a high value (a node whose first
+/// refusals came between two scrapes) has no rate in Prometheus until it moves again; one
+/// scraped at 0 from the start does.
+fn prime_series(metrics: &Metrics) {
+    use crate::metrics::{ReasonLabel, StatusLabel};
+    for status in [200, 404, 503] {
+        metrics.requests.get_or_create(&StatusLabel { status });
+    }
+    for reason in peerblock_core::refusal::RefusalReason::ALL {
+        metrics.connections_refused.get_or_create(&ReasonLabel {
+            reason: reason.as_token().to_owned(),
+        });
+    }
 }
 
 /// How often `serve` samples the file system holding its store for

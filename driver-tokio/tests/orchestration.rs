@@ -382,3 +382,23 @@ fn the_store_file_system_is_measured_for_the_store_near_full_alert() {
     assert!(size > 0 && (0..=size).contains(&avail), "{size} {avail}");
     assert!(node.terminate());
 }
+
+#[test]
+fn a_new_node_exports_its_refusal_series_at_zero() {
+    // A refusal counter that first appears at a high value has no rate in Prometheus:
+    // the series the refusal alert divides are scraped at 0 from the start.
+    let dir = TempDir::new("primed");
+    let node = Node::start(&dir.join("store"), &[], &["--metrics", "127.0.0.1:0"]);
+    let admin = node.metrics_addr();
+    let (status, text) = http_get(&admin, "/metrics");
+    assert_eq!(status, 200);
+    for line in [
+        "peerblock_requests_total{status=\"503\"} 0",
+        "peerblock_requests_total{status=\"200\"} 0",
+        "peerblock_connections_refused_total{reason=\"sessions\"} 0",
+        "peerblock_connections_refused_total{reason=\"source-sessions\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in {text}");
+    }
+    assert!(node.terminate());
+}
