@@ -305,10 +305,10 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
 fn prime_series(metrics: &Metrics) {
     use crate::metrics::{ReasonLabel, StatusLabel};
     for status in [200, 404, 503] {
-        metrics.requests.get_or_create(&StatusLabel { status });
+        let _created = metrics.requests.get_or_create(&StatusLabel { status });
     }
     for reason in peerblock_core::refusal::RefusalReason::ALL {
-        metrics.connections_refused.get_or_create(&ReasonLabel {
+        let _created = metrics.connections_refused.get_or_create(&ReasonLabel {
             reason: reason.as_token().to_owned(),
         });
     }

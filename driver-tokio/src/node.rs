@@ -214,7 +214,7 @@ pub struct SwarmArgs {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address to accept peer connections on (IP:PORT; port 0 picks a free port). An
-    /// unspecified address (0.0.0.0, [::]) needs --advertise.
+    /// unspecified address (`0.0.0.0`, `[::]`) needs --advertise.
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
     /// The address peers are told to dial (HOST:PORT), in the roster and the node's signed

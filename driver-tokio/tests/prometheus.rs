@@ -320,7 +320,7 @@ impl Cluster {
             let spec = BlockSpec {
                 key: peerblock_tokio::manifest::block_key(&chunk, 1),
                 path: BlockPath {
-                    key: chunk.clone(),
+                    key: chunk,
                     index: 1,
                 },
                 expected: Some(65_536),
