@@ -341,3 +341,115 @@ fn the_dashboard_is_grafana_json_with_a_query_per_panel() {
         }
     }
 }
+
+/// The node container's `args:` of the DaemonSet, in order.
+fn daemonset_args(ds: &str) -> Vec<String> {
+    let mut lines = ds.lines().skip_while(|l| l.trim() != "args:").skip(1);
+    let mut args = Vec::new();
+    for l in lines.by_ref() {
+        let t = l.trim();
+        if t.starts_with('#') {
+            continue;
+        }
+        match t.strip_prefix("- ") {
+            Some(arg) => args.push(arg.to_owned()),
+            None => break,
+        }
+    }
+    args
+}
+
+/// A `peerblock-node` process killed when dropped.
+struct Started(std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_daemonset_command_line_starts_a_node_that_becomes_ready() {
+    let ds = read(&deploy().join("kubernetes/30-daemonset.yaml"));
+    let args = daemonset_args(&ds);
+    assert_eq!(args.first().map(String::as_str), Some("serve"), "{args:?}");
+    // The pod's world on loopback: its IP is 127.0.0.51, the peer port a free one, the
+    // admin port the kernel's choice, the hostPath store and the ConfigMap's file in a
+    // temporary directory, and the headless Service's name the pod's own address (the
+    // first pod of a DaemonSet: ready alone). No outside DNS, no 0.0.0.0.
+    let dir = TempDir::new("ds-args");
+    let port = std::net::TcpListener::bind("127.0.0.51:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cm = read(&deploy().join("kubernetes/10-configmap.yaml"));
+    let toml: String = cm
+        .split_once("node.toml: |\n")
+        .expect("a node.toml key")
+        .1
+        .lines()
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    std::fs::write(dir.join("node.toml"), toml).unwrap();
+    let store = dir.join("store");
+    let pod = |a: &str| {
+        a.replace("$(POD_IP)", "127.0.0.51")
+            .replace("0.0.0.0:7070", "127.0.0.51:7070")
+            .replace("0.0.0.0:9100", "127.0.0.51:0")
+            .replace("peerblock-seeds.peerblock.svc.cluster.local", "127.0.0.51")
+            .replace(":7070", &format!(":{port}"))
+            .replace("/var/lib/peerblock", store.to_str().unwrap())
+            .replace(
+                "/etc/peerblock/node.toml",
+                dir.join("node.toml").to_str().unwrap(),
+            )
+    };
+    let local: Vec<String> = args.iter().map(|a| pod(a)).collect();
+    for a in &local {
+        assert!(
+            !a.contains("0.0.0.0") && !a.contains("svc.cluster"),
+            "left unmapped: {a}"
+        );
+    }
+    let mut child = Command::new(BIN)
+        .args(&local)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("spawn peerblock-node");
+    let stdout = child.stdout.take().unwrap();
+    let node = Started(child);
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the node printed its start-up lines in time (see its stderr above)")
+    };
+    assert_eq!(next(), format!("listening 127.0.0.51:{port}"));
+    let admin = next();
+    let admin = admin
+        .strip_prefix("metrics ")
+        .expect("a metrics line")
+        .trim();
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    use std::io::{Read, Write};
+    s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.split(' ').nth(1) == Some("200"), "{answer}");
+    assert!(answer.ends_with("ready\n"), "{answer}");
+    drop(node);
+}
