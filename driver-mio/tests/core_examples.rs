@@ -243,6 +243,7 @@ rules!(server_rules, CoreExamples;
     a_block_file_above_the_max_block_size_is_500_on_every_request,
     pipelined_requests_then_half_close_get_every_response_in_order,
     many_concurrent_clients_all_get_exact_bytes,
+    large_blocks_are_served_in_turn_no_connection_waits_beyond_its_fair_share,
     a_source_at_its_quota_is_refused_while_another_source_is_admitted,
     sessions_are_released_when_clients_reset,
     an_idle_connection_is_closed_after_the_idle_timeout,

@@ -48,6 +48,11 @@ use crate::pace::{ConnPace, UploadPacing};
 use crate::source::{BlockFuture, BlockSource};
 use crate::SharedMembership;
 
+/// Bytes a connection's task writes before it yields to the runtime, so that one
+/// connection whose socket keeps taking bytes cannot hold a worker while others wait (the
+/// mio driver's per-turn write bound plays the same part).
+const WRITE_BYTES_PER_TURN: usize = 256 * 1024;
+
 /// How long the accept loop pauses after an accept error (out of file descriptors, say)
 /// before accepting again, so a persistent error does not spin a core.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(20);
@@ -487,6 +492,8 @@ struct Conn {
     pace: Option<ConnPace>,
     /// A silent listener's channel table had no room for a request: close.
     silenced: bool,
+    /// Bytes written since the task last yielded to the runtime (see [`WRITE_BYTES_PER_TURN`]).
+    written_since_yield: usize,
 }
 
 impl Conn {
@@ -511,6 +518,7 @@ impl Conn {
             armed: None,
             pace: shared.pacing.connection(shared.now()),
             silenced: false,
+            written_since_yield: 0,
             shared,
         }
     }
@@ -526,6 +534,13 @@ impl Conn {
             }
             if let Err(e) = self.write(now) {
                 return Ended::Io(e);
+            }
+            if self.written_since_yield >= WRITE_BYTES_PER_TURN {
+                // Fairness: a socket that stays writable and readable (the next request
+                // already waiting) never makes this task wait, and tokio's budget does
+                // not count `try_write`: yield, so every other connection gets its turn.
+                self.written_since_yield = 0;
+                tokio::task::yield_now().await;
             }
             // Finished with a transmit still unwritten happens only when core gave up on
             // it (its send-progress deadline passed): the connection ends here too,
@@ -767,6 +782,9 @@ impl Conn {
     /// next, until the socket would block or nothing is left.
     fn write(&mut self, mut now: Instant) -> io::Result<()> {
         while let Some(out) = &mut self.out {
+            if self.written_since_yield >= WRITE_BYTES_PER_TURN {
+                return Ok(()); // the caller yields, then writes on (rule: fair turns)
+            }
             if self.shared.silent_when_full && out.tx.refusal.is_some() {
                 // A silent listener never answers a refusal: the connection just closes.
                 return Err(io::Error::other("silent listener: refusal withheld"));
@@ -800,7 +818,10 @@ impl Conn {
                 }
                 match written {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => out.written += n,
+                    Ok(n) => {
+                        out.written += n;
+                        self.written_since_yield += n;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                     Err(e) => return Err(e),
                 }
