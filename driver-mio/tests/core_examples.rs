@@ -213,21 +213,13 @@ impl TestClient for ExampleClient {
     }
 }
 
-/// Runs each named rule against `$driver` as a `#[test]` of the same name.
+/// Runs each named rule against `$driver` as a `#[test]` of the same name, in a module of
+/// its own (the suite macro's own per-rule arm).
 macro_rules! rules {
     ($module:ident, $driver:expr; $($rule:ident),* $(,)?) => {
         mod $module {
             use super::*;
-            $(
-                #[test]
-                fn $rule() {
-                    peerblock_testkit::conformance::suite::run(
-                        stringify!($rule),
-                        || $driver,
-                        peerblock_testkit::conformance::suite::$rule,
-                    );
-                }
-            )*
+            peerblock_testkit::conformance_suite!(@each $driver; $($rule),*);
         }
     };
 }
