@@ -12,7 +12,8 @@
 //!   parallelism;
 //! - `[roster]`: core's `roster::RefreshConfig` timings, the membership capacity and the
 //!   membership policy (`membership`, `key_file`, `authority_key`, `epoch`,
-//!   `epoch_signature`, `max_new_per_source`, `learn_interval`; docs/security.md).
+//!   `epoch_signature`, `max_new_per_source`, `learn_interval`, `max_placed_per_host`,
+//!   `max_placed_per_prefix`; docs/security.md).
 //!
 //! **Durations** are strings: a whole number and a unit, one of `ms`, `s`, `m`, `h`
 //! (`"1500ms"`, `"15s"`, `"2m"`), at most [`MAX_DURATION`]. Byte amounts and counts are
@@ -37,7 +38,8 @@ use peerblock_core::read::{ReadConfig, ReadConfigError};
 use peerblock_core::roster::record::{unhex, verify_epoch};
 use peerblock_core::roster::{
     MembershipMode, MembershipPolicy, RefreshConfig, RefreshConfigError, DEFAULT_LEARN_INTERVAL,
-    DEFAULT_MAX_CHECKS_PER_SOURCE, DEFAULT_MAX_NEW_PER_SOURCE, MAX_ROSTER_MEMBERS,
+    DEFAULT_MAX_CHECKS_PER_SOURCE, DEFAULT_MAX_NEW_PER_SOURCE, DEFAULT_MAX_PLACED_PER_HOST,
+    DEFAULT_MAX_PLACED_PER_PREFIX, MAX_ROSTER_MEMBERS,
 };
 use peerblock_core::server::{
     AdmissionConfig, AdmissionConfigError, RateLimit, RelayConfig, ServerConfig, ServerConfigError,
@@ -462,6 +464,11 @@ pub struct RosterTable {
     /// The window of `max_new_per_source` (default 30 s).
     #[serde(deserialize_with = "de_duration")]
     pub learn_interval: Duration,
+    /// Members placed per host of their address (default 4, at least 1; core's
+    /// `Membership::placed`).
+    pub max_placed_per_host: usize,
+    /// Members placed per network prefix, IPv4 /24 or IPv6 /48 (default 64, at least 1).
+    pub max_placed_per_prefix: usize,
 }
 
 /// `[roster] membership`: whether unverified claims are learned.
@@ -493,6 +500,8 @@ impl Default for RosterTable {
             max_new_per_source: DEFAULT_MAX_NEW_PER_SOURCE,
             max_checks_per_source: DEFAULT_MAX_CHECKS_PER_SOURCE,
             learn_interval: DEFAULT_LEARN_INTERVAL,
+            max_placed_per_host: DEFAULT_MAX_PLACED_PER_HOST,
+            max_placed_per_prefix: DEFAULT_MAX_PLACED_PER_PREFIX,
         }
     }
 }
@@ -660,6 +669,8 @@ impl NodeConfig {
             max_new_per_source: r.max_new_per_source,
             max_checks_per_source: r.max_checks_per_source,
             learn_interval: r.learn_interval,
+            max_placed_per_host: r.max_placed_per_host,
+            max_placed_per_prefix: r.max_placed_per_prefix,
         };
         policy
             .validate()

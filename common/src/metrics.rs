@@ -61,6 +61,9 @@ pub struct Metrics {
     pub breaker_open_peers: Gauge<i64, AtomicI64>,
     /// Live entries in this node's client cooldown table.
     pub cooldowns_live: Gauge<i64, AtomicI64>,
+    /// Peers put on the failed cooldown for serving a second invalid block
+    /// (core's `client::INVALID_STRIKES`).
+    pub invalid_cooldowns: Counter,
     /// Reads finished, by outcome.
     pub read_outcomes: Family<OutcomeLabel, Counter>,
     /// GETs finished, by outcome class.
@@ -132,6 +135,7 @@ impl Metrics {
             inflight_bytes: Gauge::default(),
             breaker_open_peers: Gauge::default(),
             cooldowns_live: Gauge::default(),
+            invalid_cooldowns: Counter::default(),
             read_outcomes: Family::default(),
             gets: Family::default(),
             // 100 µs .. ~52 s in 20 doubling buckets: loopback hits to dial timeouts.
@@ -188,6 +192,11 @@ impl Metrics {
             format!("{p}_cooldowns_live"),
             "Live entries in the client cooldown table",
             m.cooldowns_live.clone(),
+        );
+        r.register(
+            format!("{p}_invalid_cooldowns"),
+            "Peers put on the failed cooldown for a second invalid block",
+            m.invalid_cooldowns.clone(),
         );
         r.register(
             format!("{p}_read_outcomes"),

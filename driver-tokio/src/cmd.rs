@@ -673,7 +673,9 @@ pub(crate) async fn learn_cluster(
     let merge = |addr: &str, f: &Fetched| -> bool {
         if let Some(answer) = f.roster() {
             let responder = answer.responder.as_deref().unwrap_or(addr);
-            let report = lock(membership).merge(client.now(), responder, &answer.roster);
+            // Merged with the address asked as the source: the responder's own entry is
+            // first-hand from that address (placeable), what it relays is hearsay.
+            let report = lock(membership).merge_from(client.now(), addr, responder, &answer.roster);
             tracing::debug!(%addr, ?report, "roster merged");
             true
         } else {

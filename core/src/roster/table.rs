@@ -38,6 +38,25 @@ pub const VERIFY_CACHE_CAPACITY: usize = 4096;
 /// Longest [`MembershipPolicy::learn_interval`]: one day.
 pub const MAX_LEARN_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Default [`MembershipPolicy::max_placed_per_host`]: 4 members placed per host (IP
+/// address, or host name). A machine with a few disks runs a node per disk; one address
+/// owning more than 4 members is an address inventing them. With the close group of 7,
+/// an outsider needs members on 2 hosts to fill one key's close group
+/// (`docs/security.md`, "Placement").
+pub const DEFAULT_MAX_PLACED_PER_HOST: usize = 4;
+
+/// Default [`MembershipPolicy::max_placed_per_prefix`]: 64 members placed per network
+/// prefix (an IPv4 /24, an IPv6 /48; a host name is its own prefix). A rack or a subnet
+/// holds many honest nodes; one /24 holds at most 256 addresses, so this bounds what one
+/// rented block of addresses can place to 64 members.
+pub const DEFAULT_MAX_PLACED_PER_PREFIX: usize = 64;
+
+/// Highest placement weight a member is placed with: a member that signs (or claims) a
+/// larger weight is placed as if it had signed this one. Honest nodes sign weight 1, so a
+/// member can take at most 4 default members' share of the keys, never all of them (an
+/// unbounded weight wins every key's rendezvous).
+pub const MAX_PLACED_WEIGHT: f64 = 4.0;
+
 /// One known peer (never the node itself, which is held separately).
 #[derive(Clone, Debug, PartialEq)]
 struct Entry {
@@ -49,6 +68,13 @@ struct Entry {
     heard: Option<Instant>,
     /// The verified record that set `addr` and `weight`; `None` for an unverified claim.
     record: Option<RecordSig>,
+    /// The member spoke for itself from the host of the address it names (it answered a
+    /// roster request sent to that address, or it called from that address's IP). Cleared
+    /// when the address changes on anyone else's word.
+    at_addr: bool,
+    /// When the entry was added: among members over a placement budget, the earlier ones
+    /// keep their place (a newcomer never displaces an established member).
+    since: Instant,
 }
 
 /// Whether the table learns unverified claims.
@@ -81,6 +107,12 @@ pub struct MembershipPolicy {
     /// The window of `max_new_per_source` and `max_checks_per_source` (default [`DEFAULT_LEARN_INTERVAL`]; positive, at
     /// most [`MAX_LEARN_INTERVAL`]).
     pub learn_interval: Duration,
+    /// Members placed per host (default [`DEFAULT_MAX_PLACED_PER_HOST`]; at least 1):
+    /// see [`Membership::placed`].
+    pub max_placed_per_host: usize,
+    /// Members placed per network prefix, an IPv4 /24 or an IPv6 /48 (default
+    /// [`DEFAULT_MAX_PLACED_PER_PREFIX`]; at least 1): see [`Membership::placed`].
+    pub max_placed_per_prefix: usize,
 }
 
 impl Default for MembershipPolicy {
@@ -91,6 +123,8 @@ impl Default for MembershipPolicy {
             max_new_per_source: DEFAULT_MAX_NEW_PER_SOURCE,
             max_checks_per_source: DEFAULT_MAX_CHECKS_PER_SOURCE,
             learn_interval: DEFAULT_LEARN_INTERVAL,
+            max_placed_per_host: DEFAULT_MAX_PLACED_PER_HOST,
+            max_placed_per_prefix: DEFAULT_MAX_PLACED_PER_PREFIX,
         }
     }
 }
@@ -137,6 +171,16 @@ impl MembershipPolicy {
         if self.max_checks_per_source == 0 {
             return Err(PolicyError::Zero {
                 field: "max_checks_per_source",
+            });
+        }
+        if self.max_placed_per_host == 0 {
+            return Err(PolicyError::Zero {
+                field: "max_placed_per_host",
+            });
+        }
+        if self.max_placed_per_prefix == 0 {
+            return Err(PolicyError::Zero {
+                field: "max_placed_per_prefix",
             });
         }
         if self.learn_interval.is_zero() {
@@ -490,14 +534,95 @@ impl Membership {
         }
     }
 
+    /// Whether `id`'s entry may be placed at all (before the budgets): its record verified,
+    /// or (unverified) it spoke for itself from the host of the address it names. Unverified
+    /// hearsay is never placed: it may be asked for rosters, but owns no key until it has
+    /// spoken for itself. The node itself is always placeable.
+    pub fn placeable(&self, id: &str) -> bool {
+        if id == self.me.id {
+            return true;
+        }
+        self.peers.get(id).is_some_and(Entry::placeable)
+    }
+
+    /// The members placement may use: the node itself first, then every placeable member
+    /// ([`placeable`](Self::placeable)) within the placement budgets, by id. Budgets: at
+    /// most [`MembershipPolicy::max_placed_per_host`] members per host of their address
+    /// (an IP, or a host name) and [`MembershipPolicy::max_placed_per_prefix`] per
+    /// network prefix (IPv4 /24, IPv6 /48). The node itself counts first; then members
+    /// with a verified record that also spoke from their address, then other verified
+    /// members, then unverified members that spoke from their address; within each, the
+    /// longest known first (ties by id). A newcomer therefore never displaces an
+    /// established member, and inventing members at one address places at most the host's
+    /// budget of them. Each member is returned with its weight capped at
+    /// [`MAX_PLACED_WEIGHT`] and its record (if verified).
+    pub fn placed(&self) -> Vec<RosterMember> {
+        let mut order: Vec<(u8, Instant, &String, &Entry)> = self
+            .peers
+            .iter()
+            .filter(|(_, e)| e.placeable())
+            .map(|(id, e)| {
+                let class = match (e.record.is_some(), e.at_addr) {
+                    (true, true) => 0,
+                    (true, false) => 1,
+                    _ => 2,
+                };
+                (class, e.since, id, e)
+            })
+            .collect();
+        order.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+        let mut hosts: BTreeMap<String, usize> = BTreeMap::new();
+        let mut prefixes: BTreeMap<String, usize> = BTreeMap::new();
+        let (per_host, per_prefix) = (
+            self.policy.max_placed_per_host,
+            self.policy.max_placed_per_prefix,
+        );
+        let mut admit = |addr: &str| -> bool {
+            let host = normal_host(host_of(addr));
+            let prefix = prefix_of(&host);
+            let h = hosts.get(&host).copied().unwrap_or(0);
+            let p = prefixes.get(&prefix).copied().unwrap_or(0);
+            if h >= per_host || p >= per_prefix {
+                return false;
+            }
+            hosts.insert(host, h + 1);
+            prefixes.insert(prefix, p + 1);
+            true
+        };
+        let mut me = self.me.clone();
+        me.weight = me.weight.min(MAX_PLACED_WEIGHT);
+        admit(&me.addr);
+        let mut members = vec![me];
+        for (_, _, id, e) in order {
+            if admit(&e.addr) {
+                members.push(RosterMember {
+                    id: id.clone(),
+                    addr: e.addr.clone(),
+                    weight: e.weight.min(MAX_PLACED_WEIGHT),
+                    record: match e.record {
+                        Some(r) => Attestation::Signed(r),
+                        None => Attestation::Unsigned,
+                    },
+                });
+            }
+        }
+        members[1..].sort_by(|a, b| a.id.cmp(&b.id));
+        members
+    }
+
     /// The inbound half, unsigned: a caller identified itself with `X-DART-Node: id` and
     /// `X-DART-Peer-Addr: addr` and no record. Learns exactly that advertised pair (never
-    /// the connection's source address, whose port is ephemeral), under the rules, with
-    /// the id as the learning source. The caller that omits either header is anonymous and
+    /// the connection's source address, whose port is ephemeral), under the rules, as
+    /// if the caller called from the host of `addr` (that host is the learning source, and
+    /// the member counts as having spoken from its address: it is placed, see
+    /// [`Membership::placed`]). For integrators whose transport already ties a caller to
+    /// its address, and for tests; the caller that omits either header is anonymous and
     /// must not reach this call. Returns `Ok(true)` if the table changed beyond the heard
-    /// stamp. Drivers that know the caller's IP call [`Membership::learn_caller`].
+    /// stamp. Drivers that know the caller's IP call [`Membership::learn_caller`], which
+    /// places the member only if that IP is its address's.
     pub fn learn(&mut self, now: Instant, id: &str, addr: &str) -> Result<bool, MemberProblem> {
-        match self.learn_caller(now, id, id, addr, &Attestation::Unsigned, None)? {
+        let source = host_of(addr).to_owned();
+        match self.learn_caller(now, &source, id, addr, &Attestation::Unsigned, None)? {
             LearnOutcome::Learned { changed, .. } => Ok(changed),
             _ => Ok(false),
         }
@@ -706,6 +831,7 @@ impl Membership {
         newer_epoch: bool,
     ) -> Claim {
         let heard = first_hand.then_some(now);
+        let at_addr = first_hand && same_host(source, addr);
         let known = self.peers.get(id);
         let reject = |this: &mut Self, r: ClaimRejection| {
             this.stats.count(r);
@@ -725,6 +851,7 @@ impl Membership {
                             // The record held: verified already, no check.
                             if let Some(e) = self.peers.get_mut(id) {
                                 e.heard = heard.max(e.heard);
+                                e.at_addr |= at_addr;
                             }
                             return Claim::Unchanged;
                         }
@@ -748,7 +875,7 @@ impl Membership {
                         },
                     );
                 }
-                self.apply(now, source, id, addr, Some(w), heard, Some(*r))
+                self.apply(now, source, id, addr, Some(w), heard, at_addr, Some(*r))
             }
             Attestation::Unsigned => {
                 if self.policy.mode == MembershipMode::VerifiedOnly {
@@ -762,12 +889,12 @@ impl Membership {
                         Claim::Unchanged
                     }
                     Some(_) if !first_hand && !newer_epoch => Claim::Unchanged,
-                    Some(_) => self.apply(now, source, id, addr, weight, heard, None),
+                    Some(_) => self.apply(now, source, id, addr, weight, heard, at_addr, None),
                     None => {
                         if !self.budget(now, source) {
                             return reject(self, ClaimRejection::RateLimited);
                         }
-                        self.apply(now, source, id, addr, weight, heard, None)
+                        self.apply(now, source, id, addr, weight, heard, at_addr, None)
                     }
                 }
             }
@@ -875,13 +1002,17 @@ impl Membership {
         addr: &str,
         weight: Option<f64>,
         heard: Option<Instant>,
+        at_addr: bool,
         record: Option<RecordSig>,
     ) -> Claim {
         if let Some(e) = self.peers.get_mut(id) {
             let mut changed = false;
             if e.addr != addr {
                 e.addr = addr.to_owned();
+                e.at_addr = at_addr;
                 changed = true;
+            } else {
+                e.at_addr |= at_addr;
             }
             if let Some(w) = weight {
                 if e.weight != w {
@@ -913,6 +1044,8 @@ impl Membership {
                 weight: weight.unwrap_or(DEFAULT_WEIGHT),
                 heard,
                 record,
+                at_addr,
+                since: now,
             },
         );
         Claim::Added
@@ -946,6 +1079,55 @@ impl Membership {
             }
             None => false,
         }
+    }
+}
+
+impl Entry {
+    fn placeable(&self) -> bool {
+        self.record.is_some() || self.at_addr
+    }
+}
+
+/// The host part of an address or a learning source: `host` of `host:port`, the text
+/// between the brackets of `[v6]:port`, and the whole text otherwise (an IP without a
+/// port, as a caller's source is given; a bare IPv6 address).
+pub(crate) fn host_of(addr: &str) -> &str {
+    if let Some(rest) = addr.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match addr.rsplit_once(':') {
+        Some((host, _)) if !host.contains(':') => host,
+        _ => addr,
+    }
+}
+
+/// A host as compared: an IP address in its canonical text, a name in lower case.
+fn normal_host(host: &str) -> String {
+    match host.parse::<core::net::IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => host.to_ascii_lowercase(),
+    }
+}
+
+/// Whether a claim learned from `source` came from the host of the address `addr` it
+/// names.
+fn same_host(source: &str, addr: &str) -> bool {
+    normal_host(host_of(source)) == normal_host(host_of(addr))
+}
+
+/// The network prefix a (normalised) host counts against: an IPv4 /24, an IPv6 /48, a
+/// host name itself.
+fn prefix_of(host: &str) -> String {
+    match host.parse::<core::net::IpAddr>() {
+        Ok(core::net::IpAddr::V4(v4)) => {
+            let [a, b, c, _] = v4.octets();
+            format!("{a}.{b}.{c}.0/24")
+        }
+        Ok(core::net::IpAddr::V6(v6)) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
+        }
+        Err(_) => host.to_owned(),
     }
 }
 
