@@ -4,9 +4,10 @@
 
 use peerblock_core::client::placement_members;
 use peerblock_core::placement::{owners, Key, PeerId};
+use peerblock_core::roster::record::sign_admission;
 use peerblock_core::roster::{
-    Attestation, Membership, MembershipPolicy, NodeKey, Roster, RosterMember,
-    DEFAULT_MAX_PLACED_PER_HOST, MAX_PLACED_WEIGHT, MAX_ROSTER_MEMBERS,
+    Attestation, Membership, MembershipMode, MembershipPolicy, NodeKey, PolicyError, Roster,
+    RosterMember, DEFAULT_MAX_PLACED_PER_HOST, MAX_PLACED_WEIGHT, MAX_ROSTER_MEMBERS,
 };
 use peerblock_core::time::Instant;
 
@@ -256,4 +257,138 @@ fn a_claimed_weight_is_placed_at_most_at_the_cap() {
         1e300,
         "served as signed: only placement caps it"
     );
+}
+
+// ---- admitted membership -----------------------------------------------------------------
+
+fn authority() -> NodeKey {
+    key(4242)
+}
+
+fn admitted_table(allow: &[&str]) -> Membership {
+    table_with(MembershipPolicy {
+        mode: MembershipMode::Admitted,
+        authority: Some(authority().public()),
+        allow: allow.iter().map(|a| a.to_string()).collect(),
+        ..MembershipPolicy::default()
+    })
+}
+
+/// A member signed by `k` at `addr`, carrying `cert` as its admission.
+fn with_cert(k: &NodeKey, addr: &str, cert: Option<[u8; 64]>) -> RosterMember {
+    let mut r = k.sign(addr, 1.0, 1).unwrap();
+    r.admission = cert;
+    RosterMember {
+        record: Attestation::Signed(r),
+        ..RosterMember::new(k.id(), addr, 1.0)
+    }
+}
+
+#[test]
+fn admitted_mode_needs_an_authority() {
+    let p = MembershipPolicy {
+        mode: MembershipMode::Admitted,
+        ..MembershipPolicy::default()
+    };
+    assert_eq!(p.validate(), Err(PolicyError::AdmittedWithoutAuthority));
+    assert_eq!(PolicyError::AdmittedWithoutAuthority.field(), "authority");
+}
+
+#[test]
+fn in_admitted_mode_only_a_member_the_authority_admitted_is_placed() {
+    let mut t = admitted_table(&[]);
+    let (good, bare, forged) = (key(1), key(2), key(3));
+    let cert = sign_admission(&authority(), &good.public());
+    // A certificate for another key, and one signed by another authority.
+    let stolen = sign_admission(&authority(), &good.public());
+    let rogue = sign_admission(&key(77), &forged.public());
+    let members = vec![
+        with_cert(&good, "10.0.0.2:7070", Some(cert)),
+        with_cert(&bare, "10.0.0.3:7070", None),
+        with_cert(&forged, "10.0.0.4:7070", Some(stolen)),
+        with_cert(&key(4), "10.0.0.5:7070", Some(rogue)),
+    ];
+    // Every one first-hand from its address would not help: fetched from each.
+    for m in &members {
+        t.merge_from(T0, &m.addr, &m.id, &roster(vec![m.clone()]));
+    }
+    assert_eq!(t.len(), 4, "all learned (signed, verified records)");
+    assert!(t.placeable(good.id()));
+    for k in [&bare, &forged, &key(4)] {
+        assert!(
+            !t.placeable(k.id()),
+            "{} placed without a valid certificate",
+            k.id()
+        );
+    }
+    // The admitted member's certificate is served onward with its record.
+    let json = String::from_utf8(t.snapshot().to_json()).unwrap();
+    assert!(json.contains(&format!(
+        "\"adm\":\"{}\"",
+        peerblock_core::roster::record::hex(&cert)
+    )));
+}
+
+#[test]
+fn in_admitted_mode_unsigned_members_are_placed_only_at_allowed_addresses_they_spoke_from() {
+    let mut t = admitted_table(&["10.0.0.7:7070"]);
+    let (go, other) = (ground_id(1), ground_id(2));
+    t.learn(T0, &go, "10.0.0.7:7070").unwrap();
+    t.learn(T0, &other, "10.0.0.8:7070").unwrap();
+    assert!(t.placeable(&go), "allowed and spoke from there");
+    assert!(!t.placeable(&other), "not allowed");
+    // Hearsay naming the allowed address is not placed either.
+    let mut h = admitted_table(&["10.0.0.7:7070"]);
+    h.merge_from(
+        T0,
+        "10.0.0.9:7070",
+        "someone",
+        &roster(vec![RosterMember::new(ground_id(3), "10.0.0.7:7070", 1.0)]),
+    );
+    assert!(!h.placeable(&ground_id(3)));
+}
+
+#[test]
+fn a_certificate_arriving_with_the_record_already_held_admits_the_member() {
+    let mut t = admitted_table(&[]);
+    let a = key(1);
+    t.merge_from(
+        T0,
+        "10.0.0.2:7070",
+        a.id(),
+        &roster(vec![with_cert(&a, "10.0.0.2:7070", None)]),
+    );
+    assert!(!t.placeable(a.id()));
+    let cert = sign_admission(&authority(), &a.public());
+    let rep = t.merge_from(
+        T0,
+        "10.0.0.2:7070",
+        a.id(),
+        &roster(vec![with_cert(&a, "10.0.0.2:7070", Some(cert))]),
+    );
+    assert_eq!(rep.updated, 1);
+    assert!(t.placeable(a.id()));
+    // A bad certificate for the same record later does not un-admit it.
+    let rogue = sign_admission(&key(77), &a.public());
+    t.merge_from(
+        T0,
+        "10.0.0.9:7070",
+        "x",
+        &roster(vec![with_cert(&a, "10.0.0.2:7070", Some(rogue))]),
+    );
+    assert!(t.placeable(a.id()));
+}
+
+#[test]
+fn a_record_header_carries_the_admission_certificate() {
+    let a = key(1);
+    let mut r = a.sign("10.0.0.2:7070", 1.0, 3).unwrap();
+    r.admission = Some(sign_admission(&authority(), &a.public()));
+    let (got, w) = Attestation::from_header(Some(r.to_header(1.0).as_bytes()));
+    assert_eq!(got, Attestation::Signed(r));
+    assert_eq!(w, 1.0);
+    let mut t = admitted_table(&[]);
+    t.learn_caller(T0, "10.0.0.2", a.id(), "10.0.0.2:7070", &got, Some(w))
+        .unwrap();
+    assert!(t.placeable(a.id()));
 }

@@ -171,6 +171,7 @@ fn the_policy_in_force_is_the_one_given() {
         authority: Some(authority().public()),
         max_placed_per_host: 2,
         max_placed_per_prefix: 3,
+        allow: vec!["10.0.0.9:7070".into()],
     };
     assert_eq!(table_with(p.clone()).policy(), &p);
 }

@@ -309,10 +309,12 @@ fn serve_membership(
     }
     if plan.signed {
         let seq = crate::identity::next_seq(&plan.key_file)?;
-        let record = plan
+        let mut record = plan
             .key
             .sign(advertised, weight, seq)
             .map_err(|e| NodeError::usage("--listen", format!("advertised address: {e}")))?;
+        // Served with the record: admitted clusters place only admitted members.
+        record.admission = plan.config.node_admission(&plan.key.public())?;
         table
             .set_record(record)
             .map_err(|e| NodeError::Failed(format!("own record: {e}")))?;

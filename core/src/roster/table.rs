@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::record::{verify_epoch, Attestation, RecordError, RecordSig};
+use super::record::{verify_admission, verify_epoch, Attestation, RecordError, RecordSig};
 use super::verify::{Check, Checks, Verified};
 use super::{check_identity, MemberProblem, Roster, RosterMember, DEFAULT_WEIGHT};
 use crate::time::{Duration, Instant};
@@ -75,6 +75,9 @@ struct Entry {
     /// When the entry was added: among members over a placement budget, the earlier ones
     /// keep their place (a newcomer never displaces an established member).
     since: Instant,
+    /// Its verified record carries an admission certificate that the policy's authority
+    /// signed for its key (checked once, when the record was taken).
+    admitted: bool,
 }
 
 /// Whether the table learns unverified claims.
@@ -86,6 +89,12 @@ pub enum MembershipMode {
     Open,
     /// Only verified records are learned (`membership = "verified-only"`).
     VerifiedOnly,
+    /// Learned as in [`Open`](Self::Open), but placed only when admitted: a verified
+    /// record carrying the cluster authority's admission certificate for its key
+    /// ([`super::record::sign_admission`]), or an unverified member at an address of
+    /// [`MembershipPolicy::allow`] that spoke for itself from it (reference peers named by
+    /// the operator). Needs [`MembershipPolicy::authority`] (`membership = "admitted"`).
+    Admitted,
 }
 
 /// How a [`Membership`] table decides what it learns ([`Membership::with_policy`]).
@@ -113,6 +122,10 @@ pub struct MembershipPolicy {
     /// Members placed per network prefix, an IPv4 /24 or an IPv6 /48 (default
     /// [`DEFAULT_MAX_PLACED_PER_PREFIX`]; at least 1): see [`Membership::placed`].
     pub max_placed_per_prefix: usize,
+    /// In [`MembershipMode::Admitted`]: addresses (`host:port`, as members advertise them)
+    /// whose unsigned member is placed once it spoke for itself from there (Go reference
+    /// peers, which have no key). Ignored in the other modes. Default empty.
+    pub allow: Vec<String>,
 }
 
 impl Default for MembershipPolicy {
@@ -125,6 +138,7 @@ impl Default for MembershipPolicy {
             learn_interval: DEFAULT_LEARN_INTERVAL,
             max_placed_per_host: DEFAULT_MAX_PLACED_PER_HOST,
             max_placed_per_prefix: DEFAULT_MAX_PLACED_PER_PREFIX,
+            allow: Vec::new(),
         }
     }
 }
@@ -147,6 +161,9 @@ pub enum PolicyError {
     /// `authority` is not a valid Ed25519 public key.
     #[error("membership policy `authority` is not a valid Ed25519 public key")]
     BadAuthority,
+    /// [`MembershipMode::Admitted`] without an `authority` to check certificates with.
+    #[error("membership policy `mode` admitted needs an `authority` key")]
+    AdmittedWithoutAuthority,
 }
 
 impl PolicyError {
@@ -155,7 +172,7 @@ impl PolicyError {
         match self {
             PolicyError::Zero { field } => field,
             PolicyError::IntervalTooLong { .. } => "learn_interval",
-            PolicyError::BadAuthority => "authority",
+            PolicyError::BadAuthority | PolicyError::AdmittedWithoutAuthority => "authority",
         }
     }
 }
@@ -192,6 +209,9 @@ impl MembershipPolicy {
             return Err(PolicyError::IntervalTooLong {
                 value: self.learn_interval,
             });
+        }
+        if self.mode == MembershipMode::Admitted && self.authority.is_none() {
+            return Err(PolicyError::AdmittedWithoutAuthority);
         }
         if let Some(key) = &self.authority {
             match ed25519_dalek::VerifyingKey::from_bytes(key) {
@@ -537,12 +557,38 @@ impl Membership {
     /// Whether `id`'s entry may be placed at all (before the budgets): its record verified,
     /// or (unverified) it spoke for itself from the host of the address it names. Unverified
     /// hearsay is never placed: it may be asked for rosters, but owns no key until it has
-    /// spoken for itself. The node itself is always placeable.
+    /// spoken for itself. In [`MembershipMode::Admitted`]: only a verified record with a
+    /// valid admission certificate, or an unverified member that spoke for itself from an
+    /// address of [`MembershipPolicy::allow`]. The node itself is always placeable.
     pub fn placeable(&self, id: &str) -> bool {
         if id == self.me.id {
             return true;
         }
-        self.peers.get(id).is_some_and(Entry::placeable)
+        self.peers.get(id).is_some_and(|e| self.entry_placeable(e))
+    }
+
+    fn entry_placeable(&self, e: &Entry) -> bool {
+        match self.policy.mode {
+            MembershipMode::Admitted => {
+                e.admitted
+                    || (e.record.is_none()
+                        && e.at_addr
+                        && self.policy.allow.contains(&e.addr))
+            }
+            _ => e.record.is_some() || e.at_addr,
+        }
+    }
+
+    /// Whether `record` carries an admission certificate the policy's authority signed for
+    /// its key (one signature check, counted; only in [`MembershipMode::Admitted`]).
+    fn admits(&mut self, record: &RecordSig) -> bool {
+        let (MembershipMode::Admitted, Some(authority), Some(cert)) =
+            (self.policy.mode, self.policy.authority, record.admission)
+        else {
+            return false;
+        };
+        self.stats.signature_checks += 1;
+        verify_admission(&authority, &record.key, &cert)
     }
 
     /// The members placement may use: the node itself first, then every placeable member
@@ -560,9 +606,9 @@ impl Membership {
         let mut order: Vec<(u8, Instant, &String, &Entry)> = self
             .peers
             .iter()
-            .filter(|(_, e)| e.placeable())
+            .filter(|(_, e)| self.entry_placeable(e))
             .map(|(id, e)| {
-                let class = match (e.record.is_some(), e.at_addr) {
+                let class = match (e.admitted || e.record.is_some(), e.at_addr) {
                     (true, true) => 0,
                     (true, false) => 1,
                     _ => 2,
@@ -847,11 +893,22 @@ impl Membership {
                         return reject(self, ClaimRejection::Replayed);
                     }
                     if r.seq == h.seq {
-                        if r == h && e.addr == addr && e.weight == w {
-                            // The record held: verified already, no check.
+                        if r.same_record(h) && e.addr == addr && e.weight == w {
+                            // The record held: verified already, no check. A certificate
+                            // it did not carry (or that did not verify) is taken if it
+                            // verifies; a held one is never replaced by another.
+                            let newly_admitted =
+                                !e.admitted && r.admission.is_some() && self.admits(r);
                             if let Some(e) = self.peers.get_mut(id) {
                                 e.heard = heard.max(e.heard);
                                 e.at_addr |= at_addr;
+                                if newly_admitted {
+                                    if let Some(held) = e.record.as_mut() {
+                                        held.admission = r.admission;
+                                    }
+                                    e.admitted = true;
+                                    return Claim::Updated;
+                                }
                             }
                             return Claim::Unchanged;
                         }
@@ -1005,6 +1062,7 @@ impl Membership {
         at_addr: bool,
         record: Option<RecordSig>,
     ) -> Claim {
+        let admitted = record.as_ref().is_some_and(|r| self.admits(r));
         if let Some(e) = self.peers.get_mut(id) {
             let mut changed = false;
             if e.addr != addr {
@@ -1021,8 +1079,9 @@ impl Membership {
                 }
             }
             if record.is_some() {
-                changed |= e.record.is_none();
+                changed |= e.record.is_none() || e.admitted != admitted;
                 e.record = record;
+                e.admitted = admitted;
             }
             if heard.is_some() {
                 e.heard = heard.max(e.heard);
@@ -1046,6 +1105,7 @@ impl Membership {
                 record,
                 at_addr,
                 since: now,
+                admitted,
             },
         );
         Claim::Added
@@ -1079,12 +1139,6 @@ impl Membership {
             }
             None => false,
         }
-    }
-}
-
-impl Entry {
-    fn placeable(&self) -> bool {
-        self.record.is_some() || self.at_addr
     }
 }
 
