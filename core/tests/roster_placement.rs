@@ -172,12 +172,12 @@ fn one_host_places_at_most_its_budget_and_established_members_keep_their_place()
     let mut t = table();
     // Two honest nodes on one host, first.
     let (a, b) = (key(1), key(2));
-    for k in [&a, &b] {
+    for (k, port) in [(&a, 7000), (&b, 7001)] {
         t.merge_from(
             T0,
             "10.0.0.9:7070",
             "x",
-            &roster(vec![signed(k, "10.7.0.1:7000", 1.0)]),
+            &roster(vec![signed(k, &format!("10.7.0.1:{port}"), 1.0)]),
         );
     }
     // Then 28 signed newcomers (fresh keys) at the same host.
@@ -194,6 +194,29 @@ fn one_host_places_at_most_its_budget_and_established_members_keep_their_place()
         .collect();
     assert_eq!(on_host.len(), DEFAULT_MAX_PLACED_PER_HOST);
     assert!(on_host.iter().any(|id| id == a.id()) && on_host.iter().any(|id| id == b.id()));
+}
+
+#[test]
+fn one_address_places_one_member_the_longest_known() {
+    let mut t = table();
+    let first = key(1);
+    t.merge_from(
+        T0,
+        "10.0.0.9:7070",
+        "x",
+        &roster(vec![signed(&first, "10.7.0.3:7000", 1.0)]),
+    );
+    let later: Vec<RosterMember> = (200..210)
+        .map(|n| signed(&key(n), "10.7.0.3:7000", 1.0))
+        .collect();
+    t.merge_from(Instant::from_secs(1), "10.0.0.9:7070", "x", &roster(later));
+    let at: Vec<String> = t
+        .placed()
+        .into_iter()
+        .filter(|m| m.addr == "10.7.0.3:7000")
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(at, vec![first.id().to_owned()]);
 }
 
 #[test]

@@ -571,9 +571,7 @@ impl Membership {
         match self.policy.mode {
             MembershipMode::Admitted => {
                 e.admitted
-                    || (e.record.is_none()
-                        && e.at_addr
-                        && self.policy.allow.contains(&e.addr))
+                    || (e.record.is_none() && e.at_addr && self.policy.allow.contains(&e.addr))
             }
             _ => e.record.is_some() || e.at_addr,
         }
@@ -592,7 +590,8 @@ impl Membership {
     }
 
     /// The members placement may use: the node itself first, then every placeable member
-    /// ([`placeable`](Self::placeable)) within the placement budgets, by id. Budgets: at
+    /// ([`placeable`](Self::placeable)) within the placement budgets, by id. Budgets: one
+    /// member per address (`host:port`: one listener is one node), at
     /// most [`MembershipPolicy::max_placed_per_host`] members per host of their address
     /// (an IP, or a host name) and [`MembershipPolicy::max_placed_per_prefix`] per
     /// network prefix (IPv4 /24, IPv6 /48). The node itself counts first; then members
@@ -623,7 +622,13 @@ impl Membership {
             self.policy.max_placed_per_host,
             self.policy.max_placed_per_prefix,
         );
+        let mut addrs: BTreeSet<String> = BTreeSet::new();
         let mut admit = |addr: &str| -> bool {
+            // One listener is one node: a second member at an address already placed is
+            // an id invented for it.
+            if addrs.contains(&addr.to_ascii_lowercase()) {
+                return false;
+            }
             let host = normal_host(host_of(addr));
             let prefix = prefix_of(&host);
             let h = hosts.get(&host).copied().unwrap_or(0);
@@ -633,6 +638,7 @@ impl Membership {
             }
             hosts.insert(host, h + 1);
             prefixes.insert(prefix, p + 1);
+            addrs.insert(addr.to_ascii_lowercase());
             true
         };
         let mut me = self.me.clone();
