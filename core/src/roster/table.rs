@@ -1161,10 +1161,12 @@ pub(crate) fn host_of(addr: &str) -> &str {
     }
 }
 
-/// A host as compared: an IP address in its canonical text, a name in lower case.
+/// A host as compared: an IP address in its canonical text (an IPv4-mapped IPv6 address
+/// as its IPv4 address, as a dual-stack listener reports an IPv4 caller), a name in lower
+/// case.
 fn normal_host(host: &str) -> String {
     match host.parse::<core::net::IpAddr>() {
-        Ok(ip) => ip.to_string(),
+        Ok(ip) => ip.to_canonical().to_string(),
         Err(_) => host.to_ascii_lowercase(),
     }
 }
@@ -1194,6 +1196,24 @@ fn prefix_of(host: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_compare_by_address_whatever_their_spelling() {
+        assert_eq!(host_of("10.0.0.1:7070"), "10.0.0.1");
+        assert_eq!(host_of("[::1]:7070"), "::1");
+        assert_eq!(host_of("::1"), "::1");
+        assert_eq!(host_of("10.0.0.1"), "10.0.0.1");
+        assert!(
+            same_host("::ffff:10.0.0.1", "10.0.0.1:7070"),
+            "a mapped caller"
+        );
+        assert!(same_host("[0:0::1]:9", "[::1]:7070"));
+        assert!(same_host("Node.Example:1", "node.example:2"));
+        assert!(!same_host("10.0.0.1", "10.0.0.2:7070"));
+        assert_eq!(prefix_of("10.1.2.3"), "10.1.2.0/24");
+        assert_eq!(prefix_of("2001:db8:1:2::5"), "2001:db8:1::/48");
+        assert_eq!(prefix_of("node.example"), "node.example");
+    }
 
     fn m(id: &str, addr: &str, weight: f64) -> RosterMember {
         RosterMember {
