@@ -72,6 +72,9 @@ pub struct Metrics {
     pub get_seconds: Histogram,
     /// Members in this node's roster table.
     pub roster_members: Gauge<i64, AtomicI64>,
+    /// Members placement uses (the node itself included: `Membership::placed`), updated
+    /// with `roster_members`.
+    pub roster_placed_members: Gauge<i64, AtomicI64>,
     /// `peerblock_roster_rejected_total{reason}`: membership claims rejected, by reason
     /// (`replayed`, `wrong-key`, `bad-signature`, `malformed`, `unverified`,
     /// `rate-limited`, `epoch-refused`); see docs/security.md.
@@ -141,6 +144,7 @@ impl Metrics {
             // 100 µs .. ~52 s in 20 doubling buckets: loopback hits to dial timeouts.
             get_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
             roster_members: Gauge::default(),
+            roster_placed_members: Gauge::default(),
             roster_rejected: Family::default(),
             roster_signature_checks: Counter::default(),
             roster_verify_cache_hits: Counter::default(),
@@ -217,6 +221,11 @@ impl Metrics {
             format!("{p}_roster_members"),
             "Members in the roster table",
             m.roster_members.clone(),
+        );
+        r.register(
+            format!("{p}_roster_placed_members"),
+            "Members placement uses: verified or spoken for themselves, within the budgets",
+            m.roster_placed_members.clone(),
         );
         r.register(
             format!("{p}_roster_rejected"),
@@ -302,6 +311,11 @@ impl Metrics {
         );
         m.registry = Arc::new(registry);
         m
+    }
+
+    /// Sets `roster_placed_members` from `table` (computes its placed members).
+    pub fn record_placed(&self, table: &peerblock_core::roster::Membership) {
+        self.roster_placed_members.set(table.placed().len() as i64);
     }
 
     /// Brings the membership counters up to the table's `stats` (cumulative since the
