@@ -86,6 +86,8 @@ def serve_summary(args):
                 "body_bytes_per_s": med_range(bps),
                 "loadavg1": med_range([float(r["load1"]) for r in rs]),
             }
+            if "p50_ms" in rs[0]:
+                per[s]["p50_ms"] = med_range([float(r["p50_ms"] or 0) for r in rs])
             if "p99_ms" in rs[0]:
                 per[s]["p99_ms"] = med_range([float(r["p99_ms"] or 0) for r in rs])
                 per[s]["timeouts"] = sum(int(r["timeouts"] or 0) for r in rs)
@@ -150,7 +152,8 @@ def serve_summary(args):
                         f"sendfile {v['sendfile_bytes_per_response']:.0f} B/response")
             tail = ""
             if "p99_ms" in v:
-                tail = f"p99 {fmt_mr(v['p99_ms'])} ms, timeouts {v['timeouts']}  "
+                p50 = f"p50 {fmt_mr(v['p50_ms'])} ms, " if "p50_ms" in v else ""
+                tail = f"{p50}p99 {fmt_mr(v['p99_ms'])} ms, timeouts {v['timeouts']}  "
             lines.append(f"  {s:<22} {fmt_mr(v['rps']):<28} "
                          f"{fmt_mr(v['body_bytes_per_s'], 1 << 20):<26} {tail}{copy}")
         for k, v in ratios.items():

@@ -217,6 +217,9 @@ pub struct ListenerConfig {
     /// What a capacity refusal advertises in `Retry-After` (default 15 s).
     #[serde(deserialize_with = "de_duration")]
     pub retry_after: Duration,
+    /// Refused connections answered at once; over it a refused connection is closed
+    /// unanswered (default 256).
+    pub max_refusals: usize,
     /// A connection with nothing in progress is closed after this (default 120 s).
     #[serde(deserialize_with = "de_duration")]
     pub idle_timeout: Duration,
@@ -301,6 +304,7 @@ impl Default for ListenerConfig {
             rate: None,
             max_tracked_sources: a.max_tracked_sources,
             retry_after: a.retry_after,
+            max_refusals: a.max_refusals,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             source_timeout: DEFAULT_SOURCE_TIMEOUT,
             send_timeout: DEFAULT_SEND_TIMEOUT,
@@ -808,6 +812,7 @@ impl NodeConfig {
             }),
             max_tracked_sources: l.max_tracked_sources,
             retry_after: l.retry_after,
+            max_refusals: l.max_refusals,
         }
     }
 

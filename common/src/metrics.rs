@@ -93,6 +93,13 @@ pub struct Metrics {
     /// verification when read and were quarantined (renamed `.<index>.corrupt`; see
     /// `peerblock_common::store`). Any increase means bit rot or tampering on this disk.
     pub store_corrupt: Counter,
+    /// `peerblock_store_filesystem_avail_bytes`: bytes an unprivileged writer may still
+    /// use on the file system holding the store (sampled by the node every
+    /// `STORE_FS_SAMPLE`; 0 until the first sample).
+    pub store_fs_avail_bytes: Gauge<i64, AtomicI64>,
+    /// `peerblock_store_filesystem_size_bytes`: the size of the file system holding the
+    /// store (sampled with the above).
+    pub store_fs_size_bytes: Gauge<i64, AtomicI64>,
     /// The relay cache's counters (`peerblock_relay_cache_hits_total`, `_inserts_total`,
     /// `_evictions_total`, `_corrupt_total` and the gauge `peerblock_relay_cache_bytes`):
     /// hand them to [`RelayCache::open`](crate::relay_cache::RelayCache::open).
@@ -151,6 +158,8 @@ impl Metrics {
             store_read_bytes: Counter::default(),
             sendfile_bytes: Counter::default(),
             store_corrupt: Counter::default(),
+            store_fs_avail_bytes: Gauge::default(),
+            store_fs_size_bytes: Gauge::default(),
             relay_cache: CacheCounters::default(),
             relay: RelayCounters::default(),
         };
@@ -303,6 +312,16 @@ impl Metrics {
             format!("{p}_relay_origin_fetches"),
             "Relay fetches asked of the origin",
             rc.origin_fetches.clone(),
+        );
+        r.register(
+            format!("{p}_store_filesystem_avail_bytes"),
+            "Bytes still available to the node on the file system holding its store",
+            m.store_fs_avail_bytes.clone(),
+        );
+        r.register(
+            format!("{p}_store_filesystem_size_bytes"),
+            "Size of the file system holding the store",
+            m.store_fs_size_bytes.clone(),
         );
         r.register(
             format!("{p}_relay_origin_bytes"),

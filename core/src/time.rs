@@ -8,6 +8,11 @@
 //! moment the driver started). 2^64 ns is about 584 years, so arithmetic saturates
 //! instead of wrapping or panicking: a deadline "at the end of time" is a valid value,
 //! never a crash. Durations are `core::time::Duration`, re-exported here.
+//!
+//! Core's [`Instant`] has the same name as `std::time::Instant` but is not the same type:
+//! a driver that imports this one writes the std one in full (`std::time::Instant::now()`,
+//! as the examples in `core/examples/` do) and converts with [`Clock::to_core`] /
+//! [`Clock::to_std`]; the compiler refuses any mix-up.
 
 use core::fmt;
 use core::ops::{Add, AddAssign, Sub};

@@ -54,13 +54,6 @@ use crate::client::Client;
 use crate::worker::{After, Entry, Key, Ready, Runtime, Worker};
 use peerblock_common::client::{GetOptions, Peer};
 
-/// Most connections refused at accept that are answered at once (a refused connection
-/// holds no session but still costs a socket and a 4 KiB discard window for at most
-/// `refusal_head_timeout + linger`, 4 s by default). Over the bound the socket is closed
-/// at once without an answer, so a flood of diallers cannot make the refusals themselves
-/// the overload. The tokio driver's bound, for the same reasons.
-pub const MAX_REFUSALS: usize = 256;
-
 /// Most connections one worker accepts per wake-up of its listener before it turns to
 /// its other sockets (bounded work per wake-up); the rest are accepted next turn.
 const ACCEPTS_PER_TURN: usize = 64;
@@ -191,7 +184,6 @@ pub(crate) struct Shared {
     relay: Option<RelayOptions>,
     metrics: Metrics,
     clock: Clock,
-    refusals: AtomicUsize,
     phase: AtomicU8,
     /// Listener entries and connections alive.
     live: AtomicUsize,
@@ -502,7 +494,6 @@ impl Server {
             relay: options.relay,
             metrics: options.metrics,
             clock: runtime.clock(),
-            refusals: AtomicUsize::new(0),
             phase: AtomicU8::new(RUNNING),
             live: AtomicUsize::new(0),
             next_worker: AtomicUsize::new(0),
@@ -733,7 +724,8 @@ impl Drop for ListenerEntry {
 }
 
 /// Admission at accept time: an admitted connection gets a session; a refused one the
-/// light path (bounded by [`MAX_REFUSALS`]) or, over the bound, an immediate close.
+/// light path (within core's `AdmissionConfig::max_refusals`) or, over that bound, an
+/// immediate close.
 fn on_accept(w: &mut Worker, shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(%peer, error = %e, "setting TCP_NODELAY failed");
@@ -754,9 +746,7 @@ fn on_accept(w: &mut Worker, shared: &Arc<Shared>, stream: TcpStream, peer: Sock
     let admitted = machine.refused().is_none();
     if let Some(refusal) = machine.refused() {
         shared.metrics.refused(refusal.reason.as_token());
-        let taken = shared.refusals.fetch_add(1, Ordering::SeqCst);
-        if taken >= MAX_REFUSALS {
-            shared.refusals.fetch_sub(1, Ordering::SeqCst);
+        if machine.dropped_at_accept() {
             tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused and the refusal path is full: closed at once");
             machine.close(now, &mut shared.admission());
             shared.notify();
@@ -1195,8 +1185,6 @@ impl ServerConn {
         }
         if self.admitted {
             self.shared.metrics.sessions_open.dec();
-        } else {
-            self.shared.refusals.fetch_sub(1, Ordering::SeqCst);
         }
         self.shared.live.fetch_sub(1, Ordering::SeqCst);
         self.shared.notify();

@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use crate::client::{Client, ClientOptions, Fetched, GetOptions, OutcomeClass, Peer, PoolConfig};
 use crate::config::{BodyPathKey, NodeConfig, WhenFullKey};
 use crate::manifest::{self, Manifest};
-use crate::metrics::{serve_metrics, Metrics};
+use crate::metrics::{serve_admin, Metrics};
 use crate::node::{DriverKind, FetchPlan, GetPlan, NodeError, ServePlan};
 use crate::pace::UploadPacing;
 use crate::progress::Progress;
@@ -162,13 +162,15 @@ pub(crate) fn stop_signal() -> impl Future<Output = ()> {
 pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let clock = Clock::new(std::time::Instant::now());
     let metrics = Metrics::new();
+    prime_series(&metrics);
     let listener = bind(plan.listen, plan.config.listener.when_full)
         .map_err(|e| io_err("cannot bind --listen", plan.listen, e))?;
     let bound = listener
         .local_addr()
         .map_err(|e| io_err("cannot read the bound address of", plan.listen, e))?;
-    // With port 0 the advertised address is the one the kernel chose.
-    let advertised = if plan.listen.port() == 0 {
+    // With port 0 the advertised address is the one the kernel chose (unless
+    // `--advertise` named it).
+    let advertised = if plan.listen.port() == 0 && !plan.advertise_given {
         bound.to_string()
     } else {
         plan.advertised_addr.clone()
@@ -230,6 +232,10 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         }
         Err(e) => tracing::warn!(error = %e, "the stale temporary file scan did not complete"),
     }
+    // The store's file system, sampled now (the first scrape has it) and then every
+    // STORE_FS_SAMPLE while the node runs.
+    sample_store_fs(&plan.store, &metrics);
+    let fs_sampler = tokio::spawn(sample_store_fs_every(plan.store.clone(), metrics.clone()));
     let server_config = Arc::new(
         plan.config
             .server_config(plan.node_id.clone(), advertised.clone()),
@@ -248,6 +254,10 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         DriverKind::Mio => RunningNode::mio(parts, listener)?,
     };
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Set once the node serves (`listening` printed), cleared when it starts to stop:
+    // `/readyz` answers 503 from the first signal on, so an orchestrator stops sending
+    // new readers while in-flight responses finish.
+    let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut metrics_at = None;
     let metrics_task = match plan.metrics {
         Some(addr) => {
@@ -259,8 +269,9 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
             metrics_at = Some(at);
             let mut stop = stop_rx.clone();
             let m = metrics.clone();
+            let ready = readiness(&plan, &advertised, membership.clone(), serving.clone());
             Some(tokio::spawn(async move {
-                serve_metrics(l, m, async move {
+                serve_admin(l, m, Some(ready), async move {
                     let _ = stop.wait_for(|s| *s).await;
                 })
                 .await
@@ -269,6 +280,7 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
         None => None,
     };
     let stop = Stop::install();
+    serving.store(true, std::sync::atomic::Ordering::SeqCst);
     say(&format!("listening {bound}"));
     if let Some(at) = metrics_at {
         say(&format!("metrics {at}"));
@@ -278,8 +290,10 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     let node = node.start_roster(membership.clone(), refresh)?;
     let watch_members = tokio::spawn(print_members(membership.clone()));
     stop.wait().await;
+    serving.store(false, std::sync::atomic::Ordering::SeqCst);
     tracing::info!("shutting down: no new connections, in-flight responses finish");
     watch_members.abort();
+    fs_sampler.abort();
     node.shutdown().await;
     let _ = stop_tx.send(true);
     if let Some(task) = metrics_task {
@@ -287,6 +301,97 @@ pub async fn serve(plan: ServePlan) -> Result<(), NodeError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Creates, at 0, the labelled series the alert rules and the dashboard divide by or
+/// watch (deploy/prometheus): responses `200`, `404`, `503` and a refusal count per
+/// reason. A labelled counter that first appears at a high value (a node whose first
+/// refusals came between two scrapes) has no rate in Prometheus until it moves again; one
+/// scraped at 0 from the start does.
+fn prime_series(metrics: &Metrics) {
+    use crate::metrics::{ReasonLabel, StatusLabel};
+    for status in [200, 404, 503] {
+        let _created = metrics.requests.get_or_create(&StatusLabel { status });
+    }
+    for reason in peerblock_core::refusal::RefusalReason::ALL {
+        let _created = metrics.connections_refused.get_or_create(&ReasonLabel {
+            reason: reason.as_token().to_owned(),
+        });
+    }
+}
+
+/// How often `serve` samples the file system holding its store for
+/// `peerblock_store_filesystem_avail_bytes` and `_size_bytes`: a disk fills over minutes,
+/// and Prometheus scrapes every 15 to 60 s.
+pub(crate) const STORE_FS_SAMPLE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Sets the store file system gauges from one `statvfs` of `store` (left as they were,
+/// with a debug line, when it fails: a store that is gone fails `/readyz` instead).
+fn sample_store_fs(store: &std::path::Path, metrics: &Metrics) {
+    match rustix::fs::statvfs(store) {
+        Ok(st) => {
+            let unit = st.f_frsize.max(1);
+            let clamp =
+                |blocks: u64| i64::try_from(blocks.saturating_mul(unit)).unwrap_or(i64::MAX);
+            metrics.store_fs_avail_bytes.set(clamp(st.f_bavail));
+            metrics.store_fs_size_bytes.set(clamp(st.f_blocks));
+        }
+        Err(e) => {
+            tracing::debug!(store = %store.display(), error = %e, "statvfs of the store failed")
+        }
+    }
+}
+
+/// [`sample_store_fs`] every [`STORE_FS_SAMPLE`], off the runtime's threads.
+async fn sample_store_fs_every(store: std::path::PathBuf, metrics: Metrics) {
+    let mut tick = tokio::time::interval(STORE_FS_SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (s, m) = (store.clone(), metrics.clone());
+        let _ = tokio::task::spawn_blocking(move || sample_store_fs(&s, &m)).await;
+    }
+}
+
+/// `serve`'s readiness (`GET /readyz` on the admin address): the node serves (its
+/// listener bound, no stop signal yet), its store directory can be read, and, when its
+/// seeds name anyone but itself, its roster table knows at least one member (learned from
+/// a seed's roster, or from a peer that called). A node whose seeds all resolve to its own
+/// address (the first pod of a DaemonSet) has nobody to learn from and is ready alone.
+fn readiness(
+    plan: &ServePlan,
+    advertised: &str,
+    membership: SharedMembership,
+    serving: Arc<std::sync::atomic::AtomicBool>,
+) -> crate::metrics::ReadinessCheck {
+    let store = plan.store.clone();
+    let needs_peers = !plan.seeds.is_empty()
+        && (plan.seeds_unresolved || plan.seed_addrs.iter().any(|a| a != advertised));
+    let seeds = plan.seeds.join(", ");
+    Arc::new(move || {
+        let mut not = Vec::new();
+        if !serving.load(std::sync::atomic::Ordering::SeqCst) {
+            not.push("the peer listener is not serving (starting or stopping)".to_owned());
+        }
+        match std::fs::read_dir(&store) {
+            Ok(mut entries) => {
+                if let Some(Err(e)) = entries.next() {
+                    not.push(format!("store {}: cannot be read: {e}", store.display()));
+                }
+            }
+            Err(e) => not.push(format!("store {}: cannot be read: {e}", store.display())),
+        }
+        if needs_peers && lock(&membership).is_empty() {
+            not.push(format!(
+                "no member learned yet: no seed has answered with a roster ({seeds})"
+            ));
+        }
+        if not.is_empty() {
+            Ok(())
+        } else {
+            Err(not.join("; "))
+        }
+    })
 }
 
 /// The table `serve` keeps: this node (its record signed when its id is its key's), the

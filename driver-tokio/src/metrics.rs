@@ -1,5 +1,6 @@
 //! The node's metrics ([`Metrics`], kept in `peerblock-common` and shared with the mio
-//! driver) and the admin endpoint that serves them over HTTP/1.1 ([`serve_metrics`]).
+//! driver) and the admin endpoint that serves them over HTTP/1.1, with the health and
+//! readiness probes an orchestrator asks ([`serve_admin`], [`serve_metrics`]).
 
 use std::sync::Arc;
 
@@ -23,11 +24,34 @@ pub const METRICS_IO_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 /// once without an answer (each costs one accept and one close).
 pub const MAX_METRICS_CONNECTIONS: usize = 16;
 
-/// Serves the metrics over HTTP/1.1 on `listener` until `shutdown` completes.
+/// What `GET /readyz` asks: `Ok(())` when the node is ready, else why it is not (one line,
+/// the reasons joined by `; `). Called on a blocking thread: it may read the file system.
+pub type ReadinessCheck = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// Path of the liveness probe: `200 ok` while the process answers at all.
+pub const HEALTHZ_PATH: &str = "/healthz";
+
+/// Path of the readiness probe: `200 ready`, or `503` with the reasons (see
+/// [`ReadinessCheck`]).
+pub const READYZ_PATH: &str = "/readyz";
+
+/// Serves the metrics over HTTP/1.1 on `listener` until `shutdown` completes: the admin
+/// endpoint of [`serve_admin`] with no readiness check (`/readyz` is always `200`).
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    serve_admin(listener, metrics, None, shutdown).await
+}
+
+/// Serves the admin endpoint over HTTP/1.1 on `listener` until `shutdown` completes.
 ///
 /// Answers `GET /metrics` (and `HEAD`) with [`Metrics::render`] as
-/// [`METRICS_CONTENT_TYPE`], any other path `404`, any other method `405`; every answer
-/// closes the connection. The HTTP/1.1 framing is hyper's (this is an operator's endpoint,
+/// [`METRICS_CONTENT_TYPE`]; `GET` [`HEALTHZ_PATH`] with `200 ok` (liveness: the process
+/// and its runtime answer); `GET` [`READYZ_PATH`] with `200 ready` when `readiness` passes
+/// (or is `None`), else `503` and `not ready: ` followed by its reasons; any other path
+/// `404`, any other method `405`; every answer closes the connection. The HTTP/1.1 framing is hyper's (this is an operator's endpoint,
 /// not the peer wire form, which is core's): a head longer than [`MAX_METRICS_HEAD_BYTES`]
 /// is answered `431`, a malformed one `400`. One short task per connection, at most
 /// [`MAX_METRICS_CONNECTIONS`] at once, the head bounded by [`METRICS_IO_TIMEOUT`] and the
@@ -37,9 +61,10 @@ pub const MAX_METRICS_CONNECTIONS: usize = 16;
 /// the peer port is metered by admission and refuses when full, exactly when an operator
 /// needs the numbers; and the admin address can be bound to loopback or a management
 /// network while the peer port faces the world.
-pub async fn serve_metrics(
+pub async fn serve_admin(
     listener: tokio::net::TcpListener,
     metrics: Metrics,
+    readiness: Option<ReadinessCheck>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_METRICS_CONNECTIONS));
@@ -65,10 +90,27 @@ pub async fn serve_metrics(
             continue;
         };
         let metrics = metrics.clone();
+        let readiness = readiness.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
+                let ready = match (request.method(), request.uri().path(), &readiness) {
+                    (&hyper::Method::GET | &hyper::Method::HEAD, READYZ_PATH, Some(check)) => {
+                        Some(check.clone())
+                    }
+                    _ => None,
+                };
                 let answer = answer_scrape(&request, &metrics);
-                async move { Ok::<_, std::convert::Infallible>(answer) }
+                async move {
+                    let answer = match ready {
+                        Some(check) => answer_ready(
+                            tokio::task::spawn_blocking(move || check())
+                                .await
+                                .unwrap_or_else(|e| Err(format!("readiness check failed: {e}"))),
+                        ),
+                        None => answer,
+                    };
+                    Ok::<_, std::convert::Infallible>(answer)
+                }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(false)
@@ -98,15 +140,24 @@ fn answer_scrape<B>(
     let readable = matches!(*request.method(), Method::GET | Method::HEAD);
     let (status, content_type, body) = match (readable, request.uri().path()) {
         (true, "/metrics") => (StatusCode::OK, METRICS_CONTENT_TYPE, metrics.render()),
+        (true, HEALTHZ_PATH | READYZ_PATH) => (
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            String::from(if request.uri().path() == HEALTHZ_PATH {
+                "ok\n"
+            } else {
+                "ready\n"
+            }),
+        ),
         (true, _) => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            String::from("not found: try /metrics\n"),
+            String::from("not found: try /metrics, /healthz or /readyz\n"),
         ),
         (false, _) => (
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain; charset=utf-8",
-            String::from("only GET /metrics\n"),
+            String::from("only GET /metrics, /healthz or /readyz\n"),
         ),
     };
     let mut response = Response::builder()
@@ -118,4 +169,23 @@ fn answer_scrape<B>(
     response
         .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
         .expect("a status, two static headers and a body make a valid response")
+}
+
+/// The answer to `GET /readyz` given the readiness check's verdict.
+fn answer_ready(
+    verdict: Result<(), String>,
+) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
+    use hyper::{header, Response, StatusCode};
+    let (status, body) = match verdict {
+        Ok(()) => (StatusCode::OK, String::from("ready\n")),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
+    };
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+        .expect("a status, one static header and a body make a valid response")
 }

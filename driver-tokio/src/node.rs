@@ -35,6 +35,10 @@ pub const EXIT_IO: u8 = 3;
 /// not touched.
 pub const EXIT_INTERRUPTED: u8 = 130;
 
+/// How long `serve` lets in-flight responses finish after SIGINT/SIGTERM: an
+/// orchestrator's grace period before SIGKILL must be longer (docs/deploy.md).
+pub use crate::cmd::SHUTDOWN_GRACE;
+
 /// Domain-separation tag for ids derived from names: a node started with `--id NAME`
 /// (anything but 64 hex digits) has the id BLAKE3(`NODE_ID_TAG` ‖ NAME).
 pub const NODE_ID_TAG: &[u8] = b"peerblock-node-id-v1\0";
@@ -221,9 +225,15 @@ pub struct SwarmArgs {
 /// `serve` arguments.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to accept peer connections on (IP:PORT; port 0 picks a free port).
+    /// Address to accept peer connections on (IP:PORT; port 0 picks a free port). An
+    /// unspecified address (`0.0.0.0`, `[::]`) needs --advertise.
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// The address peers are told to dial (HOST:PORT), in the roster and the node's signed
+    /// record: where this node is reachable, e.g. `--advertise $(POD_IP):7070` in a pod.
+    /// Default: --listen, when it names a specific address (with port 0, the bound port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
     /// This node's id. Default: the id its key certifies (SHA-256 of the public key of the
     /// key file), signed. Legacy: 64 hex digits used as is, or any other name, hashed into
     /// an id (BLAKE3 of a fixed tag and the name); such a node cannot sign its record and
@@ -233,14 +243,18 @@ pub struct ServeArgs {
     /// Store directory, created if missing (layout DIR/CHUNK-HEX/INDEX).
     #[arg(long, value_name = "DIR")]
     pub store: PathBuf,
-    /// A peer (HOST:PORT) asked for the roster at start; repeat for several.
+    /// A peer (HOST:PORT) asked for the roster at start; repeat for several. A DNS name
+    /// that resolves to several addresses (a Kubernetes headless Service) counts once per
+    /// address, each asked, and is resolved again whenever the node knows nobody.
     #[arg(long = "seed", value_name = "ADDR")]
     pub seeds: Vec<String>,
     /// TOML configuration file (tables listener, client, read, roster; see docs/node.md).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Admin address serving GET /metrics (Prometheus text), e.g. 127.0.0.1:9100 (port 0
-    /// picks a free port; the bound address is printed as `metrics ADDR` on stdout).
+    /// Admin address serving GET /metrics (Prometheus text), GET /healthz (the process is
+    /// alive) and GET /readyz (listener bound, store readable, a roster learned when there
+    /// are seeds: 200, else 503 with the reasons), e.g. 127.0.0.1:9100 (port 0 picks a
+    /// free port; the bound address is printed as `metrics ADDR` on stdout).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
     /// Which driver runs the peer server, the roster service and the node's client:
@@ -463,13 +477,23 @@ pub struct ServePlan {
     pub id_derived: bool,
     /// The id as the server announces it (`X-DART-Node`, roster): 64 lower-case hex digits.
     pub node_id: String,
-    /// The address advertised in the roster: `--listen` as given (with port 0, replace it
-    /// with the bound address once bound).
+    /// The address advertised in the roster: `--advertise`, else `--listen` as given
+    /// (with port 0, replace it with the bound address once bound: see
+    /// [`advertise_given`](Self::advertise_given)).
     pub advertised_addr: String,
+    /// Whether `--advertise` named the advertised address (then it is used as is, whatever
+    /// port the listener bound).
+    pub advertise_given: bool,
     /// The store directory (exists).
     pub store: PathBuf,
-    /// Roster seeds (`--seed`), each checked.
+    /// Roster seeds for the refresh: `--seed` expanded by [`expand_seeds`] (every address
+    /// a name resolved to, then the name).
     pub seeds: Vec<String>,
+    /// Every address the seeds named or resolved to at start (names left out), for
+    /// readiness: a node whose seeds are all its own address has nobody to learn from.
+    pub seed_addrs: Vec<String>,
+    /// Whether some `--seed` name resolved to no address at start.
+    pub seeds_unresolved: bool,
     /// The admin address for `/metrics`, if any.
     pub metrics: Option<SocketAddr>,
     /// The validated configuration.
@@ -490,6 +514,16 @@ pub struct ServePlan {
 /// Validates `serve`'s arguments and configuration, creates the store directory if it is
 /// missing and reads or creates the node's key file. Binds nothing.
 pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
+    plan_serve_with(args, &SystemResolver)
+}
+
+/// [`plan_serve`] with the resolver that turns `--seed` names into addresses (the
+/// system's, [`SystemResolver`], for the binary; a fixed table in tests).
+pub fn plan_serve_with(
+    args: &ServeArgs,
+    resolver: &dyn SeedResolver,
+) -> Result<ServePlan, NodeError> {
+    let advertised_addr = advertised_addr(args.listen, args.advertise.as_deref())?;
     let config = load_config(args.config.as_deref())?;
     ensure_store(&args.store)?;
     let key_file = config
@@ -521,8 +555,8 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
         .refresh_config(args.seeds.clone())
         .validate()
         .map_err(|e| config::refresh_error(&e))?;
+    let expanded = expand_seeds(&args.seeds, resolver);
     let node_id = peer_id.to_hex();
-    let advertised_addr = args.listen.to_string();
     config
         .server_config(node_id.clone(), advertised_addr.clone())
         .validate()
@@ -581,8 +615,11 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
         id_derived,
         node_id,
         advertised_addr,
+        advertise_given: args.advertise.is_some(),
         store: args.store.clone(),
-        seeds: args.seeds.clone(),
+        seeds: expanded.seeds,
+        seed_addrs: expanded.addrs,
+        seeds_unresolved: expanded.unresolved,
         metrics: args.metrics,
         config,
         key,
@@ -593,6 +630,130 @@ pub fn plan_serve(args: &ServeArgs) -> Result<ServePlan, NodeError> {
             .threads
             .map_or_else(peerblock_mio::default_threads, usize::from),
     })
+}
+
+/// The address `serve` advertises: `--advertise` when given (checked: `HOST:PORT`, port
+/// 1 to 65535, not an unspecified IP), else `--listen` when it names a specific address.
+/// An unspecified `--listen` (`0.0.0.0`, `[::]`) without `--advertise` is refused: it
+/// accepts on every address but names none a peer could dial.
+pub fn advertised_addr(listen: SocketAddr, advertise: Option<&str>) -> Result<String, NodeError> {
+    let Some(advertise) = advertise else {
+        if listen.ip().is_unspecified() {
+            return Err(NodeError::usage(
+                "--listen",
+                format!(
+                    "{listen} accepts on every address but names none peers can dial: add --advertise HOST:PORT, the address peers reach this node at (in a pod: --advertise $(POD_IP):{})",
+                    listen.port()
+                ),
+            ));
+        }
+        return Ok(listen.to_string());
+    };
+    check_peer_addr("--advertise", advertise)?;
+    if let Ok(addr) = advertise.parse::<SocketAddr>() {
+        if addr.ip().is_unspecified() {
+            return Err(NodeError::usage(
+                "--advertise",
+                format!("{advertise:?} is an unspecified address: give the address peers dial"),
+            ));
+        }
+    }
+    Ok(advertise.to_owned())
+}
+
+/// Turns a seed (`HOST:PORT`) into socket addresses: DNS (or a hosts file) for a name.
+pub trait SeedResolver {
+    /// Every address `seed` stands for, in the resolver's order (empty or an error when it
+    /// resolves to none).
+    fn resolve(&self, seed: &str) -> std::io::Result<Vec<SocketAddr>>;
+}
+
+/// The system's resolver (`getaddrinfo` through std's `ToSocketAddrs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemResolver;
+
+impl SeedResolver for SystemResolver {
+    fn resolve(&self, seed: &str) -> std::io::Result<Vec<SocketAddr>> {
+        use std::net::ToSocketAddrs;
+        Ok(seed.to_socket_addrs()?.collect())
+    }
+}
+
+/// `--seed` values expanded for the roster refresh ([`expand_seeds`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExpandedSeeds {
+    /// The refresh's seed list: each literal address as given; for each name, every
+    /// address it resolved to, then the name itself.
+    pub seeds: Vec<String>,
+    /// The addresses alone (literals and resolved), without names.
+    pub addrs: Vec<String>,
+    /// Whether some name resolved to no address.
+    pub unresolved: bool,
+}
+
+/// Expands `--seed` values: an `IP:PORT` stays as it is; a name (a Kubernetes headless
+/// Service's, say, which resolves to one address per ready pod) becomes every address it
+/// resolves to, each a seed the refresh may ask, followed by the name itself, which the
+/// client resolves again whenever the refresh asks it (a round while the node knows
+/// nobody: the pods behind the name change). A name that does not resolve now is kept
+/// (with a warning) for the same reason. Duplicates are dropped and the list is bounded
+/// by core's [`MAX_REFRESH_SEEDS`](peerblock_core::roster::MAX_REFRESH_SEEDS): the names
+/// given always fit (they were checked against it), resolved addresses past it are left
+/// out with a warning.
+pub fn expand_seeds(seeds: &[String], resolver: &dyn SeedResolver) -> ExpandedSeeds {
+    use peerblock_core::roster::MAX_REFRESH_SEEDS;
+    let mut out = ExpandedSeeds::default();
+    let mut room = MAX_REFRESH_SEEDS.saturating_sub(seeds.len());
+    let mut dropped = 0usize;
+    for seed in seeds {
+        if seed.parse::<SocketAddr>().is_ok() {
+            if !out.seeds.contains(seed) {
+                out.seeds.push(seed.clone());
+                out.addrs.push(seed.clone());
+            }
+            continue;
+        }
+        match resolver.resolve(seed) {
+            Ok(addrs) if !addrs.is_empty() => {
+                let mut named = Vec::new();
+                for addr in addrs {
+                    let addr = addr.to_string();
+                    if out.seeds.contains(&addr) || named.contains(&addr) {
+                        continue;
+                    }
+                    if !out.addrs.contains(&addr) {
+                        out.addrs.push(addr.clone());
+                    }
+                    if room == 0 {
+                        dropped += 1;
+                        continue;
+                    }
+                    room -= 1;
+                    named.push(addr);
+                }
+                tracing::info!(seed = %seed, addresses = ?named, "seed name resolved");
+                out.seeds.extend(named);
+            }
+            Ok(_) => {
+                out.unresolved = true;
+                tracing::warn!(seed = %seed, "seed name resolved to no address: asked again whenever the node knows nobody");
+            }
+            Err(e) => {
+                out.unresolved = true;
+                tracing::warn!(seed = %seed, error = %e, "seed name does not resolve: asked again whenever the node knows nobody");
+            }
+        }
+        if !out.seeds.contains(seed) {
+            out.seeds.push(seed.clone());
+        }
+    }
+    if dropped > 0 {
+        tracing::warn!(
+            dropped,
+            "seed names resolved to more addresses than the refresh keeps ({MAX_REFRESH_SEEDS}): the rest are learned from rosters"
+        );
+    }
+    out
 }
 
 /// Creates the store directory if missing; refuses a path that is not a directory.

@@ -39,7 +39,7 @@ use peerblock_core::server::{
 use peerblock_core::time::{Clock, Instant};
 use peerblock_core::transmit::{Close, Transmit};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio::time::Sleep;
 
@@ -48,13 +48,10 @@ use crate::pace::{ConnPace, UploadPacing};
 use crate::source::{BlockFuture, BlockSource};
 use crate::SharedMembership;
 
-/// Most connections refused at accept that are answered at once (each on a small task of
-/// its own). A refused connection holds no session but still costs a socket, a 4 KiB
-/// discard window and a task for at most `refusal_head_timeout + linger` (4 s by default);
-/// 256 of them is about 1 MiB and as many sockets as the default `max_sessions`. Over the
-/// bound the socket is closed at once without an answer: a flood of diallers cannot make
-/// the refusals themselves the overload.
-pub const MAX_REFUSAL_TASKS: usize = 256;
+/// Bytes a connection's task writes before it yields to the runtime, so that one
+/// connection whose socket keeps taking bytes cannot hold a worker while others wait (the
+/// mio driver's per-turn write bound plays the same part).
+const WRITE_BYTES_PER_TURN: usize = 256 * 1024;
 
 /// How long the accept loop pauses after an accept error (out of file descriptors, say)
 /// before accepting again, so a persistent error does not spin a core.
@@ -162,7 +159,6 @@ struct Shared {
     source: Arc<dyn BlockSource>,
     clock: Clock,
     metrics: Metrics,
-    refusals: Arc<Semaphore>,
     pacing: UploadPacing,
     silent_when_full: bool,
     silent_channels: Option<usize>,
@@ -230,7 +226,6 @@ impl Server {
                 source: options.source,
                 clock: options.clock,
                 metrics: options.metrics,
-                refusals: Arc::new(Semaphore::new(MAX_REFUSAL_TASKS)),
                 pacing: options.pacing,
                 silent_when_full: options.silent_when_full,
                 silent_channels: options.silent_channels,
@@ -386,7 +381,8 @@ async fn wait_for_a_free_session(shared: &Shared, phase: &mut watch::Receiver<Ph
 }
 
 /// Admission at accept time: an admitted connection gets its task; a refused one the
-/// light path (bounded by [`MAX_REFUSAL_TASKS`]) or, over the bound, an immediate close.
+/// light path (within core's `AdmissionConfig::max_refusals`) or, over that bound, an
+/// immediate close.
 fn on_accept(
     shared: &Arc<Shared>,
     stream: TcpStream,
@@ -413,17 +409,13 @@ fn on_accept(
     if let Some(refusal) = machine.refused() {
         shared.metrics.refused(refusal.reason.as_token());
         shared.changed.notify_waiters();
-        match Arc::clone(&shared.refusals).try_acquire_owned() {
-            Ok(permit) => {
-                tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused: answering its first request");
-                let conn = Conn::new(Arc::clone(shared), stream, peer, machine, false);
-                tokio::spawn(refuse(conn, phase.clone(), done.clone(), permit));
-            }
-            Err(_) => {
-                tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused and the refusal path is full: closed at once");
-                let mut conn = Conn::new(Arc::clone(shared), stream, peer, machine, false);
-                conn.close();
-            }
+        let mut conn = Conn::new(Arc::clone(shared), stream, peer, machine, false);
+        if conn.machine.dropped_at_accept() {
+            tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused and the refusal path is full: closed at once");
+            conn.close();
+        } else {
+            tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused: answering its first request");
+            tokio::spawn(refuse(conn, phase.clone(), done.clone()));
         }
         return;
     }
@@ -451,13 +443,9 @@ async fn serve(mut conn: Conn, mut phase: watch::Receiver<Phase>, _done: mpsc::S
 
 /// A refused connection's task: the machine (in its refusing state) reads the first
 /// request head, hands out the 503 and lingers; the same loop drives it, but it never
-/// asks a source and holds a refusal permit instead of a session.
-async fn refuse(
-    mut conn: Conn,
-    mut phase: watch::Receiver<Phase>,
-    _done: mpsc::Sender<()>,
-    _permit: OwnedSemaphorePermit,
-) {
+/// asks a source and holds one of core's refusal slots instead of a session (released
+/// by `close`).
+async fn refuse(mut conn: Conn, mut phase: watch::Receiver<Phase>, _done: mpsc::Sender<()>) {
     let ended = conn.run(&mut phase).await;
     conn.ended(ended);
 }
@@ -504,6 +492,8 @@ struct Conn {
     pace: Option<ConnPace>,
     /// A silent listener's channel table had no room for a request: close.
     silenced: bool,
+    /// Bytes written since the task last yielded to the runtime (see [`WRITE_BYTES_PER_TURN`]).
+    written_since_yield: usize,
 }
 
 impl Conn {
@@ -528,6 +518,7 @@ impl Conn {
             armed: None,
             pace: shared.pacing.connection(shared.now()),
             silenced: false,
+            written_since_yield: 0,
             shared,
         }
     }
@@ -543,6 +534,13 @@ impl Conn {
             }
             if let Err(e) = self.write(now) {
                 return Ended::Io(e);
+            }
+            if self.written_since_yield >= WRITE_BYTES_PER_TURN {
+                // Fairness: a socket that stays writable and readable (the next request
+                // already waiting) never makes this task wait, and tokio's budget does
+                // not count `try_write`: yield, so every other connection gets its turn.
+                self.written_since_yield = 0;
+                tokio::task::yield_now().await;
             }
             // Finished with a transmit still unwritten happens only when core gave up on
             // it (its send-progress deadline passed): the connection ends here too,
@@ -785,6 +783,9 @@ impl Conn {
     /// next, until the socket would block or nothing is left.
     fn write(&mut self, mut now: Instant) -> io::Result<()> {
         while let Some(out) = &mut self.out {
+            if self.written_since_yield >= WRITE_BYTES_PER_TURN {
+                return Ok(()); // the caller yields, then writes on (rule: fair turns)
+            }
             if self.shared.silent_when_full && out.tx.refusal.is_some() {
                 // A silent listener never answers a refusal: the connection just closes.
                 return Err(io::Error::other("silent listener: refusal withheld"));
@@ -818,7 +819,10 @@ impl Conn {
                 }
                 match written {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => out.written += n,
+                    Ok(n) => {
+                        out.written += n;
+                        self.written_since_yield += n;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                     Err(e) => return Err(e),
                 }

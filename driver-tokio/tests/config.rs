@@ -81,6 +81,12 @@ fn admission_cases() -> Vec<Case> {
             field: |a| format!("{:?}", a.retry_after),
             expected: "7s",
         },
+        Case {
+            key: "max_refusals",
+            toml: "17",
+            field: |a| a.max_refusals.to_string(),
+            expected: "17",
+        },
     ]
 }
 
@@ -98,9 +104,10 @@ fn every_listener_admission_key_sets_the_admission_field_it_names() {
         rate: _,
         max_tracked_sources: _,
         retry_after: _,
+        max_refusals: _,
     } = AdmissionConfig::default();
     let cases = admission_cases();
-    assert_eq!(cases.len(), 9, "one case per AdmissionConfig field");
+    assert_eq!(cases.len(), 10, "one case per AdmissionConfig field");
     let default = AdmissionConfig::default();
     for case in cases {
         let text = format!("[listener]\n{} = {}\n", case.key, case.toml);
@@ -124,6 +131,7 @@ fn every_listener_admission_key_sets_the_admission_field_it_names() {
             admission.rate != default.rate,
             admission.max_tracked_sources != default.max_tracked_sources,
             admission.retry_after != default.retry_after,
+            admission.max_refusals != default.max_refusals,
         ];
         assert_eq!(
             changed.iter().filter(|c| **c).count(),

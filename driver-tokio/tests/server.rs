@@ -16,7 +16,7 @@ use peerblock_core::http::{BodyLimit, ResponseDecoder, ResponseEvent, ResponseHe
 use peerblock_core::server::{AdmissionConfig, ServerConfig};
 use peerblock_core::time::Clock;
 use peerblock_core::wire::{BlockPath, ChunkKey};
-use peerblock_tokio::server::{Server, ServerHandle, ServerOptions, MAX_REFUSAL_TASKS};
+use peerblock_tokio::server::{Server, ServerHandle, ServerOptions};
 use peerblock_tokio::source::{BlockSource, MemoryBehaviour, MemoryStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -213,15 +213,18 @@ async fn admitted(addr: SocketAddr, from: &[Ipv4Addr], p: &BlockPath) -> Vec<Cli
     clients
 }
 
-/// The tokio server's own bound on refusal tasks (`MAX_REFUSAL_TASKS`): a refused
-/// connection over it is closed without an answer, and a freed task answers again.
+/// Core's bound on refusals answered at once (`AdmissionConfig::max_refusals`, here 8):
+/// the tokio server closes a refused connection over it without an answer, and a freed
+/// refusal slot answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn refusals_beyond_the_refusal_task_bound_are_closed_at_once() {
+async fn refusals_beyond_the_refusal_bound_are_closed_at_once() {
+    const MAX_REFUSALS: usize = 8;
     bounded(async {
         let (handle, store) = node(|o| {
             o.admission = AdmissionConfig {
                 max_sessions: 1,
                 max_sessions_per_source: 1,
+                max_refusals: MAX_REFUSALS,
                 ..AdmissionConfig::default()
             };
             with_config(o, |c| c.refusal_head_timeout = Duration::from_secs(20));
@@ -234,7 +237,7 @@ async fn refusals_beyond_the_refusal_task_bound_are_closed_at_once() {
         // Refused diallers that send nothing hold every refusal task (their head wait is
         // 20 s).
         let mut silent = Vec::new();
-        for _ in 0..MAX_REFUSAL_TASKS {
+        for _ in 0..MAX_REFUSALS {
             silent.push(Client::connect(addr).await);
         }
         let refused_total = |h: &ServerHandle| {
@@ -245,7 +248,7 @@ async fn refusals_beyond_the_refusal_task_bound_are_closed_at_once() {
                 .map_or(0, |n| n.parse::<usize>().unwrap())
         };
         handle
-            .wait_until(|h| refused_total(h) >= MAX_REFUSAL_TASKS)
+            .wait_until(|h| refused_total(h) >= MAX_REFUSALS)
             .await;
         // One more is closed without an answer, long before any head wait could end.
         let started = std::time::Instant::now();
@@ -260,7 +263,7 @@ async fn refusals_beyond_the_refusal_task_bound_are_closed_at_once() {
             "no answer over the bound: {read:?}"
         );
         assert!(took < Duration::from_secs(5), "{took:?}");
-        assert_eq!(refused_total(&handle), MAX_REFUSAL_TASKS + 1);
+        assert_eq!(refused_total(&handle), MAX_REFUSALS + 1);
         // A refusal task frees its permit when its connection ends: a silent dialler that
         // leaves makes room, and the next refused connection is answered with the 503.
         drop(silent.pop());

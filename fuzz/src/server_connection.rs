@@ -132,6 +132,8 @@ fn admission_config(c: u8) -> AdmissionConfig {
         }),
         max_tracked_sources: 4,
         retry_after: Duration::from_secs(1),
+        // One or two refusals answered at once: the fuzzer reaches the drop path.
+        max_refusals: 1 + usize::from((c >> 2) & 1),
     }
 }
 
@@ -534,6 +536,7 @@ impl World {
         let cfg = a.config();
         assert!(a.sessions() <= cfg.max_sessions, "sessions above the limit");
         assert!(a.requests() <= cfg.max_requests, "requests above the limit");
+        assert!(a.refusals() <= cfg.max_refusals, "refusals above the limit");
         assert!(
             a.inflight_bytes() <= cfg.max_inflight_bytes,
             "in-flight bytes above the limit"
@@ -792,6 +795,11 @@ pub fn server_connection(data: &[u8]) {
             a.inflight_bytes(),
             0,
             "bytes left after every connection closed"
+        );
+        assert_eq!(
+            a.refusals(),
+            0,
+            "refusal slots left after every connection closed"
         );
         for s in 0..SOURCES {
             assert_eq!(a.source_sessions(&s), 0);

@@ -29,6 +29,7 @@ fn nothing_is_transmitted_after_a_bytes_refusal_that_ends_the_connection() {
         rate: None,
         max_tracked_sources: 4,
         retry_after: Duration::from_secs(1),
+        max_refusals: peerblock_core::server::DEFAULT_MAX_REFUSALS,
     })
     .expect("valid admission");
     let config = Arc::new(ServerConfig::new("node-1", "10.0.0.1:7000"));

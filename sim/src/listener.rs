@@ -96,6 +96,8 @@ pub fn admission_config(l: &Listener) -> AdmissionConfig {
         rate: None,
         max_tracked_sources: (l.max_sessions as usize).max(MIN_TRACKED_SOURCES),
         retry_after: Duration::from_secs(l.retry_after_secs),
+        // The real nodes' bound on refusals answered at once (no scenario key).
+        max_refusals: AdmissionConfig::default().max_refusals,
     }
 }
 

@@ -80,6 +80,15 @@ pub const DEFAULT_MAX_TRACKED_SOURCES: usize = 1024;
 /// departed one (a failed dial costs 30 min).
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(15);
 
+/// Default [`AdmissionConfig::max_refusals`]: refused connections answered at once.
+///
+/// A refused connection holds no session but still costs the driver a socket, a 4 KiB
+/// discard window and a thread or task for at most `refusal_head_timeout + linger` (4 s by
+/// default). Over the bound a refused connection is closed at once without an answer, so
+/// a flood of diallers cannot make the refusals themselves the overload. 256 answers
+/// every refusal of a node at its default 256 sessions while as many again wait.
+pub const DEFAULT_MAX_REFUSALS: usize = 256;
+
 /// A per-source request-rate bucket (generic cell rate algorithm).
 ///
 /// `per_second` requests per second sustained, bursts of up to `burst` back to back.
@@ -131,6 +140,11 @@ pub struct AdmissionConfig {
     /// What a capacity refusal advertises in `Retry-After` (rate refusals advertise the
     /// bucket's own wait instead). Default [`DEFAULT_RETRY_AFTER`].
     pub retry_after: Duration,
+    /// Refused connections answered (their first request head read, the 503 written) at
+    /// once; a connection refused over it is finished at accept, answered with nothing
+    /// ([`ServerConnection::dropped_at_accept`](crate::server::ServerConnection::dropped_at_accept)).
+    /// Default [`DEFAULT_MAX_REFUSALS`].
+    pub max_refusals: usize,
 }
 
 impl Default for AdmissionConfig {
@@ -145,6 +159,7 @@ impl Default for AdmissionConfig {
             rate: None,
             max_tracked_sources: DEFAULT_MAX_TRACKED_SOURCES,
             retry_after: DEFAULT_RETRY_AFTER,
+            max_refusals: DEFAULT_MAX_REFUSALS,
         }
     }
 }
@@ -218,6 +233,7 @@ impl AdmissionConfig {
             self.max_inflight_bytes_per_source,
         )?;
         zero("max_tracked_sources", self.max_tracked_sources as u64)?;
+        zero("max_refusals", self.max_refusals as u64)?;
         if let Some(rate) = self.rate {
             zero("rate.per_second", u64::from(rate.per_second))?;
             zero("rate.burst", u64::from(rate.burst))?;
@@ -336,6 +352,7 @@ pub struct Admission<S = IpAddr> {
     sessions: usize,
     requests: usize,
     inflight: u64,
+    refusals: usize,
     sources: BTreeMap<S, SourceState>,
 }
 
@@ -348,6 +365,7 @@ impl<S: Ord + Clone> Admission<S> {
             sessions: 0,
             requests: 0,
             inflight: 0,
+            refusals: 0,
             sources: BTreeMap::new(),
         })
     }
@@ -370,6 +388,27 @@ impl<S: Ord + Clone> Admission<S> {
     /// Response bytes reserved now.
     pub fn inflight_bytes(&self) -> u64 {
         self.inflight
+    }
+
+    /// Refused connections being answered now (at most
+    /// [`AdmissionConfig::max_refusals`]).
+    pub fn refusals(&self) -> usize {
+        self.refusals
+    }
+
+    /// Takes one of the [`AdmissionConfig::max_refusals`] slots for answering a refused
+    /// connection; `false` when all are taken (the connection is closed unanswered).
+    pub(crate) fn take_refusal(&mut self) -> bool {
+        if self.refusals >= self.config.max_refusals {
+            return false;
+        }
+        self.refusals += 1;
+        true
+    }
+
+    /// Gives back a slot [`take_refusal`](Self::take_refusal) took.
+    pub(crate) fn release_refusal(&mut self) {
+        self.refusals = self.refusals.saturating_sub(1);
     }
 
     /// Sessions open now from `source`.
@@ -562,6 +601,7 @@ mod tests {
             rate: None,
             max_tracked_sources: 4,
             retry_after: Duration::from_secs(7),
+            max_refusals: crate::server::DEFAULT_MAX_REFUSALS,
         }
     }
 

@@ -484,6 +484,9 @@ struct Unacked<S> {
 /// - Create with [`accept`](Self::accept) when a connection arrives. A connection refused
 ///   by admission is still a machine ([`refused`](Self::refused) says why): it reads the
 ///   peer's first request head and answers it with the 503, so drive it like any other.
+///   While [`AdmissionConfig::max_refusals`](crate::server::AdmissionConfig::max_refusals)
+///   refused connections are being answered, a further refused one is finished at accept
+///   ([`dropped_at_accept`](Self::dropped_at_accept)): close its socket at once.
 /// - Bytes in: read the socket into [`read_buf`](Self::read_buf) and report the count with
 ///   [`handle_read`](Self::handle_read), or pass a slice to
 ///   [`handle_input`](Self::handle_input); both return how many bytes were taken (offer
@@ -520,6 +523,10 @@ pub struct ServerConnection<S = IpAddr> {
     /// `None` for a connection refused at accept, and once closed.
     session: Option<SessionTicket<S>>,
     refused: Option<Refusal>,
+    /// Holds one of the admission's refusal slots (released by `close`).
+    holds_refusal: bool,
+    /// Refused while every refusal slot was taken: finished at accept, never answered.
+    dropped: bool,
     /// The admission's `max_requests_per_session`: requests decoded ahead at most.
     depth: usize,
     /// `None` for a connection refused at accept (it never decodes a request).
@@ -554,6 +561,7 @@ impl<S: fmt::Debug> fmt::Debug for ServerConnection<S> {
         f.debug_struct("ServerConnection")
             .field("source", &self.source)
             .field("refused", &self.refused)
+            .field("dropped", &self.dropped)
             .field("decoded", &self.decoded.len())
             .field("queued", &self.queue.len())
             .field("unacked", &self.unacked.len())
@@ -600,18 +608,26 @@ impl<S: Ord + Clone> ServerConnection<S> {
                     BytesMut::with_capacity(REFUSAL_BUFFER_BYTES),
                 ),
             };
-        let refusal_head = refused.map(|refusal| RefusalHead {
-            refusal,
-            load: advertised_load(admission),
-            seen: 0,
-            state: 0,
-            deadline: now + config.refusal_head_timeout,
-        });
+        // A refused connection is answered only within the refusal bound; over it the
+        // machine is finished at once and the driver closes the socket unanswered.
+        let holds_refusal = refused.is_some() && admission.take_refusal();
+        let dropped = refused.is_some() && !holds_refusal;
+        let refusal_head = refused
+            .filter(|_| holds_refusal)
+            .map(|refusal| RefusalHead {
+                refusal,
+                load: advertised_load(admission),
+                seen: 0,
+                state: 0,
+                deadline: now + config.refusal_head_timeout,
+            });
         Ok(ServerConnection {
             config,
             source,
             session,
             refused,
+            holds_refusal,
+            dropped,
             depth,
             decoder,
             decode_ended: refused.is_some(),
@@ -622,7 +638,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             next_id: 0,
             stopped: refused.is_some(),
             eof: false,
-            finished: false,
+            finished: dropped,
             output_ended: false,
             closed: false,
             refusal_head,
@@ -644,6 +660,16 @@ impl<S: Ord + Clone> ServerConnection<S> {
     /// The refusal, if admission refused this connection at accept.
     pub fn refused(&self) -> Option<Refusal> {
         self.refused
+    }
+
+    /// Admission refused this connection while
+    /// [`AdmissionConfig::max_refusals`](crate::server::AdmissionConfig::max_refusals)
+    /// refused connections were already being answered: the machine is finished at
+    /// accept, reads nothing and writes nothing. Close the socket at once (calling
+    /// [`close`](Self::close) is still right, and harmless). [`refused`](Self::refused)
+    /// still says why it was refused.
+    pub fn dropped_at_accept(&self) -> bool {
+        self.dropped
     }
 
     fn clamp(&mut self, now: Instant) -> Instant {
@@ -1420,6 +1446,10 @@ impl<S: Ord + Clone> ServerConnection<S> {
         }
         if let Some(session) = self.session.take() {
             admission.close_session(now, session);
+        }
+        if self.holds_refusal {
+            self.holds_refusal = false;
+            admission.release_refusal();
         }
     }
 }

@@ -67,10 +67,16 @@ impl Node {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let host = 2 + NEXT.fetch_add(1, Ordering::Relaxed) % 250;
         let listen = format!("127.0.0.{host}:0");
+        Node::start_on(&listen, store, seeds, extra)
+    }
+
+    /// Starts `serve` as [`Node::start`] does, listening on `listen` (a loopback
+    /// `IP:PORT`).
+    pub fn start_on(listen: &str, store: &Path, seeds: &[&str], extra: &[&str]) -> Node {
         let mut cmd = Command::new(BIN);
         // No `--id`: the node's id is the one its key (created in the store) certifies, and
         // its record is signed, as a node runs by default.
-        cmd.args(["serve", "--listen", &listen, "--store"])
+        cmd.args(["serve", "--listen", listen, "--store"])
             .arg(store);
         for seed in seeds {
             cmd.args(["--seed", seed]);

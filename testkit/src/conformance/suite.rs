@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
             a_rotten_block_is_quarantined_and_answered_404_corrupt_while_the_others_are_served,
             pipelined_requests_then_half_close_get_every_response_in_order,
             many_concurrent_clients_all_get_exact_bytes,
+            large_blocks_are_served_in_turn_no_connection_waits_beyond_its_fair_share,
             a_full_node_refuses_the_third_connection_with_503_and_retry_after,
             a_source_at_its_quota_is_refused_while_another_source_is_admitted,
             sessions_are_released_when_clients_reset,
@@ -643,6 +644,97 @@ pub fn many_concurrent_clients_all_get_exact_bytes(d: &dyn Driver) {
         "{}: {CLIENTS} clients x {REQUESTS} requests answered byte-exact in {:?}",
         d.name(),
         started.elapsed()
+    );
+    server.shutdown(Duration::from_secs(1));
+}
+
+/// Connections that each ask for many large blocks at once are served in turn: a request
+/// on another connection waits for its first byte no longer than a bounded multiple of its
+/// fair share, the time the node takes to answer one request of every connection (the
+/// connections, plus one, × the node-wide mean time per response, measured in the same
+/// run). A driver whose connection task keeps serving a socket that stays writable with
+/// requests waiting (pipelined here) holds a worker until that connection is done, and
+/// the others wait for seconds (issue 23).
+pub fn large_blocks_are_served_in_turn_no_connection_waits_beyond_its_fair_share(d: &dyn Driver) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const CONNS: usize = 4;
+    const DEPTH: usize = 48;
+    const PROBES: usize = 4;
+    const BLOCK: usize = 1 << 20;
+    /// The multiple of the fair share a first byte may take, and a floor for a loaded
+    /// machine's scheduling noise; starvation here is most of the run.
+    const MULTIPLE: u32 = 6;
+    const FLOOR: Duration = Duration::from_millis(150);
+    let p = path(0xfa, 0);
+    let (_dir, store) = store_with("fair", &[(p, block_for(&p, BLOCK))]);
+    let server = node(d, &store, |s| {
+        s.admission = AdmissionConfig {
+            max_inflight_bytes_per_source: 64 << 20,
+            max_inflight_bytes: 64 << 20,
+            ..admission(4 * CONNS, 2 * CONNS)
+        }
+    });
+    let addr = server.addr();
+    let started_reading = AtomicUsize::new(0);
+    let started = Instant::now();
+    let (served, probe_waits) = std::thread::scope(|scope| {
+        let pipeliners: Vec<_> = (0..CONNS)
+            .map(|_| {
+                let started_reading = &started_reading;
+                scope.spawn(move || {
+                    let mut c = Raw::connect(addr);
+                    c.send(get_head(&p).repeat(DEPTH).as_bytes());
+                    for i in 0..DEPTH {
+                        let r = c.response();
+                        assert_eq!((r.status(), r.body.len()), (200, BLOCK), "response {i}");
+                        if i == 0 {
+                            started_reading.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    DEPTH
+                })
+            })
+            .collect();
+        // Once every pipelined connection is being answered, one request at a time on a
+        // connection of its own.
+        let deadline = Instant::now() + WAIT;
+        while started_reading.load(Ordering::SeqCst) < CONNS {
+            assert!(
+                Instant::now() < deadline,
+                "the pipelined connections never got a response"
+            );
+            std::thread::yield_now();
+        }
+        let mut probe = Raw::connect(addr);
+        let mut waits = Vec::new();
+        for _ in 0..PROBES {
+            probe.send(get_head(&p).as_bytes());
+            let sent = Instant::now();
+            assert!(probe.read_once(), "the server closed before answering");
+            waits.push(sent.elapsed());
+            let r = probe.response();
+            assert_eq!((r.status(), r.body.len()), (200, BLOCK));
+        }
+        let served: usize = pipeliners
+            .into_iter()
+            .map(|t| t.join().expect("pipeliner"))
+            .sum();
+        (served + PROBES, waits)
+    });
+    let elapsed = started.elapsed();
+    let fair = elapsed / served as u32 * (CONNS + 1) as u32;
+    let longest = probe_waits.iter().copied().max().unwrap_or_default();
+    println!(
+        "{}: {served} responses of {BLOCK} bytes ({CONNS} connections pipelining {DEPTH} \
+         each, one asking {PROBES} times) in {elapsed:?}; fair share {fair:?}; the lone \
+         connection's waits for a first byte {probe_waits:?}",
+        d.name()
+    );
+    assert!(
+        longest <= (fair * MULTIPLE).max(FLOOR),
+        "{}: a request waited {longest:?} for its first byte, above {MULTIPLE}x its fair \
+         share {fair:?} while {CONNS} connections had requests waiting",
+        d.name()
     );
     server.shutdown(Duration::from_secs(1));
 }
