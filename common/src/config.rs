@@ -12,7 +12,8 @@
 //!   parallelism;
 //! - `[roster]`: core's `roster::RefreshConfig` timings, the membership capacity and the
 //!   membership policy (`membership`, `key_file`, `authority_key`, `epoch`,
-//!   `epoch_signature`, `max_new_per_source`, `learn_interval`; docs/security.md).
+//!   `epoch_signature`, `max_new_per_source`, `learn_interval`, `max_placed_per_host`,
+//!   `max_placed_per_prefix`; docs/security.md).
 //!
 //! **Durations** are strings: a whole number and a unit, one of `ms`, `s`, `m`, `h`
 //! (`"1500ms"`, `"15s"`, `"2m"`), at most [`MAX_DURATION`]. Byte amounts and counts are
@@ -37,7 +38,8 @@ use peerblock_core::read::{ReadConfig, ReadConfigError};
 use peerblock_core::roster::record::{unhex, verify_epoch};
 use peerblock_core::roster::{
     MembershipMode, MembershipPolicy, RefreshConfig, RefreshConfigError, DEFAULT_LEARN_INTERVAL,
-    DEFAULT_MAX_CHECKS_PER_SOURCE, DEFAULT_MAX_NEW_PER_SOURCE, MAX_ROSTER_MEMBERS,
+    DEFAULT_MAX_CHECKS_PER_SOURCE, DEFAULT_MAX_NEW_PER_SOURCE, DEFAULT_MAX_PLACED_PER_HOST,
+    DEFAULT_MAX_PLACED_PER_PREFIX, MAX_ROSTER_MEMBERS,
 };
 use peerblock_core::server::{
     AdmissionConfig, AdmissionConfigError, RateLimit, RelayConfig, ServerConfig, ServerConfigError,
@@ -466,6 +468,18 @@ pub struct RosterTable {
     /// The window of `max_new_per_source` (default 30 s).
     #[serde(deserialize_with = "de_duration")]
     pub learn_interval: Duration,
+    /// Members placed per host of their address (default 4, at least 1; core's
+    /// `Membership::placed`).
+    pub max_placed_per_host: usize,
+    /// Members placed per network prefix, IPv4 /24 or IPv6 /48 (default 64, at least 1).
+    pub max_placed_per_prefix: usize,
+    /// This node's admission certificate (128 hex digits, `peerblock-node key admit`):
+    /// the authority's signature over its public key, served with its record. Needs
+    /// `authority_key`; checked at start against the node's key.
+    pub admission: Option<String>,
+    /// With `membership = "admitted"`: addresses (`host:port`) whose unsigned member is
+    /// placed once it answered from there (Go reference peers).
+    pub allow: Vec<String>,
 }
 
 /// `[roster] membership`: whether unverified claims are learned.
@@ -477,6 +491,9 @@ pub enum MembershipKey {
     Open,
     /// Learn verified records only.
     VerifiedOnly,
+    /// Learn as `open`; place only members the authority admitted (and allowed
+    /// addresses).
+    Admitted,
 }
 
 impl Default for RosterTable {
@@ -497,6 +514,10 @@ impl Default for RosterTable {
             max_new_per_source: DEFAULT_MAX_NEW_PER_SOURCE,
             max_checks_per_source: DEFAULT_MAX_CHECKS_PER_SOURCE,
             learn_interval: DEFAULT_LEARN_INTERVAL,
+            max_placed_per_host: DEFAULT_MAX_PLACED_PER_HOST,
+            max_placed_per_prefix: DEFAULT_MAX_PLACED_PER_PREFIX,
+            admission: None,
+            allow: Vec::new(),
         }
     }
 }
@@ -659,11 +680,15 @@ impl NodeConfig {
             mode: match r.membership {
                 MembershipKey::Open => MembershipMode::Open,
                 MembershipKey::VerifiedOnly => MembershipMode::VerifiedOnly,
+                MembershipKey::Admitted => MembershipMode::Admitted,
             },
             authority,
             max_new_per_source: r.max_new_per_source,
             max_checks_per_source: r.max_checks_per_source,
             learn_interval: r.learn_interval,
+            max_placed_per_host: r.max_placed_per_host,
+            max_placed_per_prefix: r.max_placed_per_prefix,
+            allow: r.allow.clone(),
         };
         policy
             .validate()
@@ -697,6 +722,30 @@ impl NodeConfig {
             ));
         }
         Ok((r.epoch, Some(sig)))
+    }
+
+    /// This node's admission certificate (`roster.admission`), checked: 128 hex digits,
+    /// with `authority_key` set, and that key's signature over `public_key` (the node's
+    /// own). `None` when not configured.
+    pub fn node_admission(&self, public_key: &[u8; 32]) -> Result<Option<[u8; 64]>, ConfigError> {
+        let Some(text) = &self.roster.admission else {
+            return Ok(None);
+        };
+        let cert = unhex::<64>(text.as_bytes())
+            .ok_or_else(|| ConfigError::invalid("roster.admission", "is not 128 hex digits"))?;
+        let key = self.membership_policy()?.authority.ok_or_else(|| {
+            ConfigError::invalid(
+                "roster.admission",
+                "is set without roster.authority_key to check it",
+            )
+        })?;
+        if !peerblock_core::roster::record::verify_admission(&key, public_key, &cert) {
+            return Err(ConfigError::invalid(
+                "roster.admission",
+                "is not roster.authority_key's admission of this node's key (key admit --key AUTHORITY_FILE NODE_KEY_FILE)",
+            ));
+        }
+        Ok(Some(cert))
     }
 
     fn validate_pool(&self) -> Result<(), ConfigError> {

@@ -61,6 +61,9 @@ pub struct Metrics {
     pub breaker_open_peers: Gauge<i64, AtomicI64>,
     /// Live entries in this node's client cooldown table.
     pub cooldowns_live: Gauge<i64, AtomicI64>,
+    /// Peers put on the failed cooldown for serving a second invalid block
+    /// (core's `client::INVALID_STRIKES`).
+    pub invalid_cooldowns: Counter,
     /// Reads finished, by outcome.
     pub read_outcomes: Family<OutcomeLabel, Counter>,
     /// GETs finished, by outcome class.
@@ -69,6 +72,9 @@ pub struct Metrics {
     pub get_seconds: Histogram,
     /// Members in this node's roster table.
     pub roster_members: Gauge<i64, AtomicI64>,
+    /// Members placement uses (the node itself included: `Membership::placed`), updated
+    /// with `roster_members`.
+    pub roster_placed_members: Gauge<i64, AtomicI64>,
     /// `peerblock_roster_rejected_total{reason}`: membership claims rejected, by reason
     /// (`replayed`, `wrong-key`, `bad-signature`, `malformed`, `unverified`,
     /// `rate-limited`, `epoch-refused`); see docs/security.md.
@@ -139,11 +145,13 @@ impl Metrics {
             inflight_bytes: Gauge::default(),
             breaker_open_peers: Gauge::default(),
             cooldowns_live: Gauge::default(),
+            invalid_cooldowns: Counter::default(),
             read_outcomes: Family::default(),
             gets: Family::default(),
             // 100 µs .. ~52 s in 20 doubling buckets: loopback hits to dial timeouts.
             get_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
             roster_members: Gauge::default(),
+            roster_placed_members: Gauge::default(),
             roster_rejected: Family::default(),
             roster_signature_checks: Counter::default(),
             roster_verify_cache_hits: Counter::default(),
@@ -199,6 +207,11 @@ impl Metrics {
             m.cooldowns_live.clone(),
         );
         r.register(
+            format!("{p}_invalid_cooldowns"),
+            "Peers put on the failed cooldown for a second invalid block",
+            m.invalid_cooldowns.clone(),
+        );
+        r.register(
             format!("{p}_read_outcomes"),
             "Reads finished, by outcome",
             m.read_outcomes.clone(),
@@ -217,6 +230,11 @@ impl Metrics {
             format!("{p}_roster_members"),
             "Members in the roster table",
             m.roster_members.clone(),
+        );
+        r.register(
+            format!("{p}_roster_placed_members"),
+            "Members placement uses: verified or spoken for themselves, within the budgets",
+            m.roster_placed_members.clone(),
         );
         r.register(
             format!("{p}_roster_rejected"),
@@ -312,6 +330,11 @@ impl Metrics {
         );
         m.registry = Arc::new(registry);
         m
+    }
+
+    /// Sets `roster_placed_members` from `table` (computes its placed members).
+    pub fn record_placed(&self, table: &peerblock_core::roster::Membership) {
+        self.roster_placed_members.set(table.placed().len() as i64);
     }
 
     /// Brings the membership counters up to the table's `stats` (cumulative since the

@@ -57,9 +57,17 @@ impl std::fmt::Debug for BlockSpec {
     }
 }
 
-/// The first `close_group_size` rendezvous owners of `key` among `membership`'s members
-/// (`client::placement_members` + `placement::owners`): what a roster deployment's
-/// discovery answers.
+/// Fallbacks a roster read gets past its close group, as a multiple of the close group:
+/// 1, so a read whose close group of 7 is silent, refusing, failing or lying goes on to
+/// the next 7 owners, nearest-first (at most 14 candidates a read, within core's
+/// `MAX_CANDIDATES` of 32). docs/read.md, "Reads past a poisoned close group", bounds the
+/// time this costs.
+pub const FALLBACK_GROUPS: usize = 1;
+
+/// The rendezvous owners of `key` among `membership`'s placed members
+/// (`client::placement_members` + `placement::owners`), in owner order: the first
+/// `close_group_size` (the close group) and [`FALLBACK_GROUPS`] times as many past it.
+/// What a roster deployment's discovery answers, ranked (`Read::handle_lookup_ranked`).
 pub fn placement_candidates(
     membership: &SharedMembership,
     key: &Key,
@@ -71,7 +79,7 @@ pub fn placement_candidates(
     };
     owners(key, &members)
         .into_iter()
-        .take(close_group_size)
+        .take(close_group_size * (1 + FALLBACK_GROUPS))
         .map(|m| Candidate {
             peer: LookupPeer::new(m.id),
             addr: m.addr.clone(),

@@ -51,6 +51,7 @@ pub fn answer(
         }
         metrics.record_membership(table.stats());
         metrics.roster_members.set(table.len() as i64 + 1);
+        metrics.record_placed(&table);
     }
     table.snapshot()
 }

@@ -7,9 +7,10 @@ use peerblock_core::breaker::{BreakerConfig, State};
 use peerblock_core::client::{
     get_outcome, placement_members, BreakerPath, ConnectionFate, CooldownEntry, Ending,
     ExchangeError, ExchangeOutcome, Peers, PeersConfig, PeersConfigError, ProtocolError,
+    INVALID_STRIKES, INVALID_WINDOW,
 };
 use peerblock_core::cooldown::CooldownConfig;
-use peerblock_core::http::ResponseError;
+use peerblock_core::http::{LengthError, ResponseError};
 use peerblock_core::placement::PeerId;
 use peerblock_core::read::{GetOutcome, PeerView};
 use peerblock_core::refusal::{PeerRefusal, RefusalReason};
@@ -50,7 +51,14 @@ fn invalid_bytes_are_invalid_for_the_read_and_open_the_circuit_only_at_the_thres
             outcome(Ending::Failed(ExchangeError::Validation)),
         );
         assert_eq!(f.get, GetOutcome::Invalid);
-        assert_eq!(f.cooldown, None);
+        // Every second invalid block also puts the peer on the failed cooldown (issue 25).
+        let struck = n % INVALID_STRIKES == 0;
+        assert_eq!(
+            f.cooldown,
+            struck.then_some(CooldownEntry::Failed),
+            "after {n}"
+        );
+        assert_eq!(f.invalid_cooldown, struck);
         assert_eq!(f.circuit_opened, n == threshold, "after {n} invalid blocks");
     }
     assert!(p.admit(secs(0), peer(1), BreakerPath::Data).is_err());
@@ -350,7 +358,8 @@ fn placement_members_are_the_roster_members_with_parsed_ids_unplaceable_ids_left
         ],
         epoch_sig: None,
     };
-    let _ = table.merge(secs(0), &id(2), &roster);
+    // Fetched from 10.0.0.2:7070, whose responder is id 2: it spoke from its address.
+    let _ = table.merge_from(secs(0), "10.0.0.2:7070", &id(2), &roster);
     let members = placement_members(&table);
     let got: Vec<(PeerId, &str, f64)> = members
         .iter()
@@ -413,4 +422,70 @@ fn a_load_recorded_at_the_response_head_is_what_the_view_reports() {
     assert_eq!(p.load(secs(0), &peer(3)), None);
     p.record_load(secs(0), peer(3), 17);
     assert_eq!(p.load(secs(0), &peer(3)), Some(17));
+}
+
+/// Rule (issue 25): invalid data is charged to its sender. The first invalid block costs a
+/// soft breaker failure only; the second within the window puts the peer on the long
+/// (failed) cooldown, so no read asks it for anything, and is counted.
+#[test]
+fn a_second_invalid_block_puts_the_peer_on_the_failed_cooldown() {
+    let mut p = peers();
+    let invalid = |p: &mut Peers, at: Instant, e: ExchangeError| {
+        let t = p.admit(at, peer(1), BreakerPath::Data).unwrap();
+        p.finish(at, t, outcome(Ending::Failed(e)))
+    };
+    let f = invalid(&mut p, secs(0), ExchangeError::Validation);
+    assert!(!f.invalid_cooldown && f.cooldown.is_none());
+    assert!(
+        p.eligible(secs(0), &peer(1)),
+        "one invalid block: still asked"
+    );
+    // A wrong length is invalid data too.
+    let f = invalid(
+        &mut p,
+        secs(1),
+        ExchangeError::Length(LengthError::ContentLengthAboveLimit {
+            limit: 1,
+            content_length: 9,
+        }),
+    );
+    assert!(f.invalid_cooldown);
+    assert_eq!(f.cooldown, Some(CooldownEntry::Failed));
+    assert!(
+        !p.eligible(secs(1), &peer(1)),
+        "two: on the failed cooldown"
+    );
+    assert!(!p.eligible(secs(29 * 60), &peer(1)));
+    assert!(
+        p.eligible(secs(31 * 60), &peer(1)),
+        "for the failed cooldown only"
+    );
+    assert_eq!(p.invalid_cooldowns(), 1);
+    // A holder's own "corrupt" report is never a strike.
+    for s in 0..4 {
+        let t = p
+            .admit(secs(40 * 60 + s), peer(2), BreakerPath::Data)
+            .unwrap();
+        let f = p.finish(secs(40 * 60 + s), t, outcome(Ending::Corrupt));
+        assert!(!f.invalid_cooldown);
+    }
+    assert_eq!(p.invalid_cooldowns(), 1);
+}
+
+/// Rule: the strikes count within `INVALID_WINDOW`: two invalid blocks further apart are
+/// two first strikes.
+#[test]
+fn invalid_blocks_further_apart_than_the_window_are_not_a_second_strike() {
+    let mut p = peers();
+    let gap = INVALID_WINDOW.as_secs();
+    for at in [0, gap, 2 * gap] {
+        let t = p.admit(secs(at), peer(1), BreakerPath::Data).unwrap();
+        let f = p.finish(
+            secs(at),
+            t,
+            outcome(Ending::Failed(ExchangeError::Validation)),
+        );
+        assert!(!f.invalid_cooldown, "at {at}");
+    }
+    assert_eq!(p.invalid_cooldowns(), 0);
 }

@@ -145,6 +145,7 @@ fn forged_for(thief: &NodeKey, victim_id: &str, addr: &str, seq: u64) -> RosterM
             seq,
             key: thief.public(),
             sig,
+            admission: None,
         }),
         ..RosterMember::new(victim_id, addr, 1.0)
     }

@@ -57,17 +57,22 @@ fn the_key_seed_gives_back_the_same_key() {
 #[test]
 fn a_record_header_of_the_documented_maximum_parses_and_one_byte_more_is_refused() {
     // The bound as documented: a 20-digit sequence number, a weight of at most 32
-    // characters, the key (64 hex digits) and the signature (128), space-separated.
-    assert_eq!(MAX_RECORD_HEADER_LEN, 20 + 1 + 32 + 1 + 64 + 1 + 128);
+    // characters, the key (64 hex digits), the signature (128) and an admission
+    // certificate (128, issue 25), space-separated.
+    assert_eq!(
+        MAX_RECORD_HEADER_LEN,
+        20 + 1 + 32 + 1 + 64 + 1 + 128 + 1 + 128
+    );
     let k = key();
-    let r = k.sign(ADDR, 1.0, u64::MAX).unwrap();
+    let mut r = k.sign(ADDR, 1.0, u64::MAX).unwrap();
+    r.admission = Some([7; 64]);
     let header = r.to_header(1.0);
     let mut parts: Vec<String> = header.split(' ').map(str::to_owned).collect();
     assert_eq!(parts[0].len(), 20, "u64::MAX has 20 digits");
     parts[1] = format!("1.{}", "0".repeat(30));
     assert_eq!(parts[1].len(), 32);
     let at_bound = parts.join(" ");
-    assert_eq!(at_bound.len(), 247);
+    assert_eq!(at_bound.len(), 376);
     let (att, weight) = Attestation::from_header(Some(at_bound.as_bytes()));
     assert!(matches!(att, Attestation::Signed(_)), "{att:?}");
     assert_eq!(weight, 1.0);

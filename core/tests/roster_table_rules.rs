@@ -122,6 +122,20 @@ fn every_zero_bound_is_refused_naming_its_field() {
             },
             "learn_interval",
         ),
+        (
+            MembershipPolicy {
+                max_placed_per_host: 0,
+                ..MembershipPolicy::default()
+            },
+            "max_placed_per_host",
+        ),
+        (
+            MembershipPolicy {
+                max_placed_per_prefix: 0,
+                ..MembershipPolicy::default()
+            },
+            "max_placed_per_prefix",
+        ),
     ];
     for (policy, field) in cases {
         let e = policy.validate().unwrap_err();
@@ -155,6 +169,9 @@ fn the_policy_in_force_is_the_one_given() {
         learn_interval: Duration::from_secs(11),
         mode: MembershipMode::VerifiedOnly,
         authority: Some(authority().public()),
+        max_placed_per_host: 2,
+        max_placed_per_prefix: 3,
+        allow: vec!["10.0.0.9:7070".into()],
     };
     assert_eq!(table_with(p.clone()).policy(), &p);
 }

@@ -1082,6 +1082,10 @@ impl ClientConn {
         m.get_outcome(class.metric(), elapsed.as_secs_f64());
         m.breaker_open_peers.set(open as i64);
         m.cooldowns_live.set(cooldowns as i64);
+        if finished.invalid_cooldown {
+            m.invalid_cooldowns.inc();
+            tracing::warn!(peer = %self.job.peer.id, addr = %addr, "second invalid block: peer on the failed cooldown");
+        }
         if finished.circuit_opened {
             tracing::warn!(peer = %self.job.peer.id, addr = %addr, "circuit opened");
         }

@@ -53,12 +53,20 @@ const MAX_ADDRESSES: usize = 4 * MAX_CANDIDATES;
 /// Where a block's candidate holders come from. Called on a worker thread: answer from
 /// memory (a roster, a list), never block on the network.
 pub trait Discovery: Send + Sync + 'static {
-    /// Candidates for the block `path`, whose placement key is `key`, in any order.
+    /// Candidates for the block `path`, whose placement key is `key`, in any order (or,
+    /// when [`ranked`](Self::ranked), in placement order, best first).
     fn lookup(&self, key: &PlacementKey, path: &BlockPath) -> Vec<Candidate>;
+
+    /// Whether [`lookup`](Self::lookup) answers in placement order (the read then takes it
+    /// with `Read::handle_lookup_ranked`: the first `close_group_size` are the close
+    /// group, the rest its fallbacks). Default: no.
+    fn ranked(&self) -> bool {
+        false
+    }
 }
 
-/// The rendezvous owners of the key among the roster's members, the first
-/// `close_group_size` of them.
+/// The rendezvous owners of the key among the roster's placed members, in owner order:
+/// the first `close_group_size` of them and as many fallbacks past them; ranked.
 #[derive(Clone, Debug)]
 pub struct PlacementDiscovery {
     membership: SharedMembership,
@@ -78,6 +86,10 @@ impl PlacementDiscovery {
 impl Discovery for PlacementDiscovery {
     fn lookup(&self, key: &PlacementKey, _path: &BlockPath) -> Vec<Candidate> {
         placement_candidates(&self.membership, key, self.close_group_size)
+    }
+
+    fn ranked(&self) -> bool {
+        true
     }
 }
 
@@ -271,7 +283,11 @@ impl ReadTask {
                             self.addrs.insert(c.peer.id, c.addr);
                         }
                     }
-                    self.read.handle_lookup_peers(now, &peers);
+                    if self.inner.discovery.ranked() {
+                        self.read.handle_lookup_ranked(now, &peers);
+                    } else {
+                        self.read.handle_lookup_peers(now, &peers);
+                    }
                 }
                 ReadEvent::Get { id, peer } => {
                     let Some(addr) = self.addrs.get(&peer) else {

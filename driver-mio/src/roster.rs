@@ -375,6 +375,7 @@ impl RosterTask {
                 .metrics
                 .roster_members
                 .set(m.len() as i64);
+            self.client.options().metrics.record_placed(&m);
         }
         {
             let mut s = self

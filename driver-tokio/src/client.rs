@@ -405,6 +405,10 @@ impl Client {
         m.get_outcome(class.metric(), elapsed.as_secs_f64());
         m.breaker_open_peers.set(open as i64);
         m.cooldowns_live.set(cooldowns as i64);
+        if finished.invalid_cooldown {
+            m.invalid_cooldowns.inc();
+            tracing::warn!(peer = %peer.id, addr = %peer.addr, "second invalid block: peer on the failed cooldown");
+        }
         if finished.circuit_opened {
             tracing::warn!(peer = %peer.id, addr = %peer.addr, "circuit opened");
         }

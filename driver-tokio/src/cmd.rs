@@ -45,6 +45,12 @@ const MEMBERS_CHECK: Duration = Duration::from_millis(100);
 /// know (one round, bounded).
 const MAX_EXTRA_ROSTERS: usize = 32;
 
+/// How long `fetch` waits for the rosters beyond its seeds (issue 25): a member that
+/// accepts and never answers costs the fetch at most this, not the response-header
+/// deadline (10 s) per connection. Loopback and LAN rosters answer in milliseconds; a
+/// roster not in by then is simply not learned (the seeds' rosters already were).
+const EXTRA_ROSTERS_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The `--id` a fetch uses in its own roster table: not a placement id (not 64 hex
 /// digits), so it is never a candidate holder of anything.
 const FETCH_SELF_ID: &str = "peerblock-fetch";
@@ -408,10 +414,12 @@ fn serve_membership(
     }
     if plan.signed {
         let seq = crate::identity::next_seq(&plan.key_file)?;
-        let record = plan
+        let mut record = plan
             .key
             .sign(advertised, weight, seq)
             .map_err(|e| NodeError::usage("--listen", format!("advertised address: {e}")))?;
+        // Served with the record: admitted clusters place only admitted members.
+        record.admission = plan.config.node_admission(&plan.key.public())?;
         table
             .set_record(record)
             .map_err(|e| NodeError::Failed(format!("own record: {e}")))?;
@@ -778,7 +786,9 @@ pub(crate) async fn learn_cluster(
     let merge = |addr: &str, f: &Fetched| -> bool {
         if let Some(answer) = f.roster() {
             let responder = answer.responder.as_deref().unwrap_or(addr);
-            let report = lock(membership).merge(client.now(), responder, &answer.roster);
+            // Merged with the address asked as the source: the responder's own entry is
+            // first-hand from that address (placeable), what it relays is hearsay.
+            let report = lock(membership).merge_from(client.now(), addr, responder, &answer.roster);
             tracing::debug!(%addr, ?report, "roster merged");
             true
         } else {
@@ -842,20 +852,28 @@ pub(crate) async fn learn_cluster(
         let m = lock(membership);
         (m.snapshot(), m.me().addr.clone())
     };
+    // Each address once (invented members may share one), at most MAX_EXTRA_ROSTERS.
+    let mut seen = std::collections::BTreeSet::new();
     let more: Vec<String> = snapshot
         .members
         .into_iter()
         .map(|m| m.addr)
-        .filter(|a| !seeds.contains(a) && *a != me)
+        .filter(|a| !seeds.contains(a) && *a != me && seen.insert(a.clone()))
         .take(MAX_EXTRA_ROSTERS)
         .collect();
     let mut second = JoinSet::new();
     for addr in more {
         second.spawn(ask(addr));
     }
-    while let Some(Ok((addr, f))) = second.join_next().await {
-        merge(&addr, &f);
-    }
+    // Bounded: a member that accepts and never answers (a tarpit named in a seed's
+    // roster) costs the fetch at most EXTRA_ROSTERS_BOUND; the rest are dropped.
+    let _ = tokio::time::timeout(EXTRA_ROSTERS_BOUND, async {
+        while let Some(Ok((addr, f))) = second.join_next().await {
+            merge(&addr, &f);
+        }
+    })
+    .await;
+    second.abort_all();
     Ok(())
 }
 

@@ -78,7 +78,7 @@ pub fn read_key(path: &Path) -> Result<NodeKey, NodeError> {
     parse_key_file(path, &text)
 }
 
-/// `key new`, `key show` and `key sign-epoch`: what they print on stdout.
+/// `key new`, `key show`, `key sign-epoch` and `key admit`: what they print on stdout.
 pub fn key_command(cmd: &crate::node::KeyCommand) -> Result<String, NodeError> {
     use crate::node::KeyCommand;
     Ok(match cmd {
@@ -91,6 +91,32 @@ pub fn key_command(cmd: &crate::node::KeyCommand) -> Result<String, NodeError> {
                 "# [roster] lines for nodes with authority_key = \"{}\"\nepoch = {epoch}\nepoch_signature = \"{}\"\n",
                 hex(&k.public()),
                 hex(&sig)
+            )
+        }
+        KeyCommand::Admit { key, node } => {
+            let authority = read_key(key)?;
+            let public = match peerblock_core::roster::record::unhex::<32>(node.as_bytes()) {
+                Some(p) => p,
+                None => read_key(Path::new(node))?.public(),
+            };
+            // The policy check is core's test of a valid, non-weak Ed25519 public key.
+            let policy = peerblock_core::roster::MembershipPolicy {
+                authority: Some(public),
+                ..Default::default()
+            };
+            if policy.validate().is_err() {
+                return Err(NodeError::usage(
+                    "PUBLIC_KEY",
+                    format!("{node:?} is not an Ed25519 public key"),
+                ));
+            }
+            let cert = peerblock_core::roster::record::sign_admission(&authority, &public);
+            format!(
+                "# [roster] line for the node {} (public key {}), in a cluster with authority_key = \"{}\"\nadmission = \"{}\"\n",
+                peerblock_core::roster::record::id_for_key(&public),
+                hex(&public),
+                hex(&authority.public()),
+                hex(&cert)
             )
         }
     })

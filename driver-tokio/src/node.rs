@@ -168,6 +168,18 @@ pub enum KeyCommand {
         #[arg(value_name = "EPOCH", value_parser = clap::value_parser!(u64).range(1..))]
         epoch: u64,
     },
+    /// Admit a node to an admitted cluster (`[roster] membership = "admitted"`): signs the
+    /// node's public key with the authority's key and prints the `[roster] admission` line
+    /// for that node's config. The node serves the certificate with its record; nodes
+    /// place only members whose certificate their `authority_key` verifies.
+    Admit {
+        /// The authority's key file.
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// The node's public key (64 hex digits, `key show` prints it) or its key file.
+        #[arg(value_name = "PUBLIC_KEY|KEY_FILE")]
+        node: String,
+    },
 }
 
 /// `swarm` arguments.

@@ -57,13 +57,23 @@ pub type DiscoveryFuture = Pin<Box<dyn Future<Output = Vec<Candidate>> + Send + 
 /// ([`PlacementDiscovery`]), a DHT lookup, a fixed list ([`FixedDiscovery`]). Object safe:
 /// the reader holds an `Arc<dyn Discovery>`.
 pub trait Discovery: Send + Sync + 'static {
-    /// Candidates for the block `path`, whose placement key is `key`, in any order.
+    /// Candidates for the block `path`, whose placement key is `key`, in any order (or,
+    /// when [`ranked`](Self::ranked), in placement order, best first).
     fn lookup(&self, key: &Key, path: &BlockPath) -> DiscoveryFuture;
+
+    /// Whether [`lookup`](Self::lookup) answers in placement order: the reader then hands
+    /// the answer to `Read::handle_lookup_ranked`, so the read's close group is the
+    /// first `close_group_size` candidates and the rest are its fallbacks. Default: no
+    /// (the read orders candidates by XOR distance).
+    fn ranked(&self) -> bool {
+        false
+    }
 }
 
 /// The default discovery for roster deployments: the rendezvous owners of the key among
-/// the roster's members (`client::placement_members` + `placement::owners`), the first
-/// `close_group_size` of them.
+/// the roster's placed members (`client::placement_members` + `placement::owners`), in
+/// owner order, the first `close_group_size` of them and as many fallbacks past them
+/// ([`placement_candidates`]); ranked.
 #[derive(Clone, Debug)]
 pub struct PlacementDiscovery {
     membership: SharedMembership,
@@ -90,6 +100,10 @@ impl Discovery for PlacementDiscovery {
     fn lookup(&self, key: &Key, _path: &BlockPath) -> DiscoveryFuture {
         let found = self.owners_now(key);
         Box::pin(std::future::ready(found))
+    }
+
+    fn ranked(&self) -> bool {
+        true
     }
 }
 
@@ -367,7 +381,11 @@ impl Reader {
                             addrs.insert(c.peer.id, c.addr);
                         }
                     }
-                    read.handle_lookup_peers(now, &peers);
+                    if self.discovery.ranked() {
+                        read.handle_lookup_ranked(now, &peers);
+                    } else {
+                        read.handle_lookup_peers(now, &peers);
+                    }
                 }
                 Some(Msg::Progress(id)) => read.handle_get_progress(now, id),
                 Some(Msg::Get(id, outcome)) => {

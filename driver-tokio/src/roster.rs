@@ -197,6 +197,7 @@ async fn run(
                     AnswerOutcome::Ignored => {}
                 }
                 metrics.roster_members.set(m.len() as i64);
+                metrics.record_placed(&m);
                 metrics.record_membership(m.stats());
                 drop(m);
                 answered.send_modify(|n| *n += 1);

@@ -705,6 +705,7 @@ impl Conn {
                                 .metrics
                                 .roster_members
                                 .set(table.len() as i64 + 1);
+                            self.shared.metrics.record_placed(&table);
                         }
                         table.snapshot()
                     }

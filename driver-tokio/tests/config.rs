@@ -463,3 +463,60 @@ fn roster_membership_mistakes_name_their_key() {
         assert!(e.contains(key_named), "{text}: {e}");
     }
 }
+
+/// Rule (issue 25): `membership = "admitted"` without `authority_key` is refused naming
+/// the key; with it, the allow list and the placement budgets reach the policy.
+#[test]
+fn admitted_membership_needs_the_authority_key_and_takes_its_allow_list() {
+    let e = refused("[roster]\nmembership = \"admitted\"\n");
+    assert!(e.contains("roster.authority_key"), "{e}");
+    let authority = peerblock_core::roster::NodeKey::from_seed(&[3; 32]);
+    let text = format!(
+        "[roster]\nmembership = \"admitted\"\nauthority_key = \"{}\"\nallow = [\"10.0.0.7:7070\"]\nmax_placed_per_host = 2\nmax_placed_per_prefix = 9\n",
+        peerblock_core::roster::record::hex(&authority.public())
+    );
+    let policy = parse(&text).unwrap().membership_policy().unwrap();
+    assert_eq!(
+        policy.mode,
+        peerblock_core::roster::MembershipMode::Admitted
+    );
+    assert_eq!(policy.allow, vec!["10.0.0.7:7070".to_owned()]);
+    assert_eq!(
+        (policy.max_placed_per_host, policy.max_placed_per_prefix),
+        (2, 9)
+    );
+    let e = refused("[roster]\nmax_placed_per_host = 0\n");
+    assert!(e.contains("roster.max_placed_per_host"), "{e}");
+}
+
+/// Rule: a node's `admission` must be the authority's certificate for that node's own key;
+/// anything else is refused naming `roster.admission`.
+#[test]
+fn a_node_admission_is_checked_against_the_authority_and_the_nodes_key() {
+    use peerblock_core::roster::record::{hex, sign_admission};
+    use peerblock_core::roster::NodeKey;
+    let (authority, node, other) = (
+        NodeKey::from_seed(&[3; 32]),
+        NodeKey::from_seed(&[4; 32]),
+        NodeKey::from_seed(&[5; 32]),
+    );
+    let with = |cert: &[u8; 64]| {
+        parse(&format!(
+            "[roster]\nauthority_key = \"{}\"\nadmission = \"{}\"\n",
+            hex(&authority.public()),
+            hex(cert)
+        ))
+        .unwrap()
+    };
+    let cert = sign_admission(&authority, &node.public());
+    assert_eq!(
+        with(&cert).node_admission(&node.public()).unwrap(),
+        Some(cert)
+    );
+    let e = with(&cert).node_admission(&other.public()).unwrap_err();
+    assert!(e.to_string().contains("roster.admission"), "{e}");
+    let rogue = sign_admission(&other, &node.public());
+    assert!(with(&rogue).node_admission(&node.public()).is_err());
+    let bare = parse("[roster]\nadmission = \"00\"\n").unwrap();
+    assert!(bare.node_admission(&node.public()).is_err());
+}

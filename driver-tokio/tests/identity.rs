@@ -123,6 +123,46 @@ fn key_sign_epoch_prints_config_lines_that_a_node_with_the_authority_key_accepts
     assert!(e.contains("roster.epoch_signature"), "{e}");
 }
 
+/// Rule (issue 25): `key admit` prints the `[roster] admission` line that a node with that
+/// key and the authority's public key accepts, by key file or by public key alike, and
+/// that no other node's key accepts.
+#[test]
+fn key_admit_prints_the_admission_the_admitted_nodes_config_accepts() {
+    let dir = TempDir::new("key-admit");
+    let (auth, node, other) = (
+        dir.join("authority.key"),
+        dir.join("node.key"),
+        dir.join("other.key"),
+    );
+    let (a, n, o) = (
+        auth.to_str().unwrap(),
+        node.to_str().unwrap(),
+        other.to_str().unwrap(),
+    );
+    let (_, auth_out, _) = key_cmd(&["new", a]);
+    let (_, node_out, _) = key_cmd(&["new", n]);
+    let (_, other_out, _) = key_cmd(&["new", o]);
+    let (code, by_file, err) = key_cmd(&["admit", "--key", a, n]);
+    assert_eq!(code, 0, "{err}");
+    let public = value(&node_out, "public_key");
+    let (code, by_key, err) = key_cmd(&["admit", "--key", a, public]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(value(&by_file, "admission"), value(&by_key, "admission"));
+    let toml = format!(
+        "[roster]\nmembership = \"admitted\"\nauthority_key = \"{}\"\nadmission = \"{}\"\n",
+        value(&auth_out, "public_key"),
+        value(&by_file, "admission")
+    );
+    let config = peerblock_tokio::config::NodeConfig::from_toml_str(&toml).unwrap();
+    let key = |out: &str| {
+        peerblock_core::roster::record::unhex::<32>(value(out, "public_key").as_bytes()).unwrap()
+    };
+    assert!(config.node_admission(&key(&node_out)).unwrap().is_some());
+    assert!(config.node_admission(&key(&other_out)).is_err());
+    let (code, _, err) = key_cmd(&["admit", "--key", a, "not-a-key-or-file"]);
+    assert_ne!(code, 0, "{err}");
+}
+
 #[test]
 fn key_sign_epoch_refuses_epoch_zero_and_a_missing_key_file() {
     let dir = TempDir::new("key-epoch-bad");

@@ -25,6 +25,7 @@ pub use outcome::{
 };
 pub use peers::{
     get_outcome, placement_members, Finished, GetTicket, Peers, PeersConfig, PeersConfigError,
+    INVALID_STRIKES, INVALID_WINDOW, MAX_INVALID_TRACKED,
 };
 pub use range::{
     head_validator, is_etag, ContentRange, ContentRangeError, ObjectChange, ObjectRange,

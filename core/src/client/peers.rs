@@ -120,6 +120,10 @@ pub struct Finished {
     pub cooldown: Option<CooldownEntry>,
     /// Whether this outcome opened the peer's circuit (for metrics and logs).
     pub circuit_opened: bool,
+    /// Whether this outcome was the peer's second invalid block within
+    /// [`INVALID_WINDOW`] and put it on the long (failed) cooldown: the driver counts it
+    /// (`peerblock_invalid_cooldowns_total`) and logs the peer.
+    pub invalid_cooldown: bool,
     /// The exchange's ending itself, handed back so a driver can report what happened
     /// (the failure's typed error, a roster answer) after recording it; `get` is derived
     /// from it ([`get_outcome`]).
@@ -161,13 +165,15 @@ fn get_outcome_of(ending: &Ending) -> GetOutcome {
     }
 }
 
-/// The placement members of a roster table: every member (the node itself included) whose
-/// id is a [`PeerId`] (64 hex digits), with its address and weight, in id order. Members
-/// whose id is not a `PeerId` cannot be placed and are left out.
+/// The placement members of a roster table: the members [`Membership::placed`] returns
+/// (the node itself, then members whose record verified or that spoke for themselves from
+/// their address, within the per-host and per-prefix budgets, weights capped at
+/// [`MAX_PLACED_WEIGHT`](crate::roster::MAX_PLACED_WEIGHT)) whose id is a [`PeerId`] (64
+/// hex digits), with address and weight, in id order. Unverified hearsay is never placed;
+/// members whose id is not a `PeerId` cannot be placed and are left out.
 pub fn placement_members(membership: &Membership) -> Vec<Member> {
     let mut members: Vec<Member> = membership
-        .snapshot()
-        .members
+        .placed()
         .into_iter()
         .filter_map(|m| {
             let id = m.id.parse::<PeerId>().ok()?;
@@ -182,6 +188,22 @@ pub fn placement_members(membership: &Membership) -> Vec<Member> {
     members
 }
 
+/// Invalid blocks (bytes that failed validation, or the wrong length) a peer may serve
+/// within [`INVALID_WINDOW`] before it is put on the failed cooldown: 2. The first costs a
+/// read one GET (that peer is never asked for that block again) and one soft breaker
+/// failure; the second is no accident: a holder whose own copy rotted says so (`404`
+/// corrupt, never charged), so a peer that sends wrong bytes twice is lying or broken, and
+/// is not asked for anything for the cooldown table's failed cooldown (30 min by default).
+pub const INVALID_STRIKES: u32 = 2;
+
+/// The window in which [`INVALID_STRIKES`] invalid blocks put a peer on the failed
+/// cooldown: 30 minutes, the reference's dial-failure cooldown.
+pub const INVALID_WINDOW: Duration = Duration::from_secs(30 * 60);
+
+/// Peers whose invalid blocks are remembered at once: 4096, the peer map's bound. When full,
+/// the entry whose first strike is oldest is forgotten.
+pub const MAX_INVALID_TRACKED: usize = 4096;
+
 /// A client's breaker, cooldown table, load table and GETs in flight per peer. See the
 /// module docs for the calls around each GET.
 #[derive(Debug)]
@@ -193,6 +215,10 @@ pub struct Peers {
     /// GETs in flight per peer; a peer with none has no entry, so the map holds at most
     /// one entry per outstanding [`GetTicket`].
     in_flight: BTreeMap<PeerId, u32>,
+    /// Invalid blocks per peer within [`INVALID_WINDOW`]: (count, first strike).
+    invalid: BTreeMap<PeerId, (u32, Instant)>,
+    /// Peers put on the failed cooldown for invalid blocks, since creation.
+    invalid_cooldowns: u64,
 }
 
 impl Peers {
@@ -207,6 +233,8 @@ impl Peers {
             cooldown: CooldownTable::new(config.cooldown.clone())?,
             loads: LoadTable::new(config.load.clone())?,
             in_flight: BTreeMap::new(),
+            invalid: BTreeMap::new(),
+            invalid_cooldowns: 0,
             config,
         })
     }
@@ -250,16 +278,59 @@ impl Peers {
         if let Some(load) = outcome.load {
             self.loads.record(now, peer, load);
         }
-        if let Some(entry) = outcome.cooldown {
+        let mut cooldown = outcome.cooldown;
+        let invalid_cooldown = matches!(
+            outcome.ending,
+            Ending::Failed(
+                crate::client::ExchangeError::Validation | crate::client::ExchangeError::Length(_)
+            )
+        ) && self.strike(now, peer);
+        if invalid_cooldown {
+            cooldown = Some(CooldownEntry::Failed);
+        }
+        if let Some(entry) = cooldown {
             self.cooldown.record(now, peer, entry);
         }
         let circuit_opened = self.record_breaker(now, ticket, outcome.breaker);
         Finished {
             get: get_outcome_of(&outcome.ending),
-            cooldown: outcome.cooldown,
+            cooldown,
             circuit_opened,
+            invalid_cooldown,
             ending: outcome.ending,
         }
+    }
+
+    /// Charges one invalid block to `peer`; true when it is its [`INVALID_STRIKES`]th
+    /// within [`INVALID_WINDOW`] (the strikes are then forgotten: the cooldown says it).
+    fn strike(&mut self, now: Instant, peer: PeerId) -> bool {
+        if !self.invalid.contains_key(&peer) && self.invalid.len() >= MAX_INVALID_TRACKED {
+            if let Some(oldest) = self
+                .invalid
+                .iter()
+                .min_by_key(|(_, v)| v.1)
+                .map(|(p, _)| *p)
+            {
+                self.invalid.remove(&oldest);
+            }
+        }
+        let e = self.invalid.entry(peer).or_insert((0, now));
+        if now.saturating_duration_since(e.1) >= INVALID_WINDOW {
+            *e = (0, now);
+        }
+        e.0 += 1;
+        if e.0 >= INVALID_STRIKES {
+            self.invalid.remove(&peer);
+            self.invalid_cooldowns += 1;
+            return true;
+        }
+        false
+    }
+
+    /// Peers put on the failed cooldown for serving [`INVALID_STRIKES`] invalid blocks,
+    /// since this `Peers` was created.
+    pub fn invalid_cooldowns(&self) -> u64 {
+        self.invalid_cooldowns
     }
 
     /// The caller gave up on the exchange admitted by `ticket` (a hedging loser): its
@@ -278,7 +349,7 @@ impl Peers {
         self.loads.record(now, peer, load);
     }
 
-    /// Forgets every circuit, cooldown and load hint (a restarted client, a reloaded
+    /// Forgets every circuit, cooldown, invalid-block strike and load hint (a restarted client, a reloaded
     /// page). GETs in flight stay counted; their tickets still settle (a permit from the
     /// forgotten breaker changes nothing).
     pub fn forget(&mut self) {
@@ -288,6 +359,7 @@ impl Peers {
         self.cooldown =
             CooldownTable::new(self.config.cooldown.clone()).expect("validated in Peers::new");
         self.loads = LoadTable::new(self.config.load.clone()).expect("validated in Peers::new");
+        self.invalid.clear();
     }
 
     /// The breaker, if one runs.

@@ -39,6 +39,23 @@ pub(crate) struct Candidate {
     pub(crate) key_load: Option<u32>,
 }
 
+/// The order key of the peer at `rank` of a ranked lookup (placement order, best first):
+/// the rank in the first four bytes, so ranks order before anything else, then the XOR
+/// distance's remaining bytes (distinct peers at one rank stay distinct).
+pub(crate) fn ranked_distance(key: &Key, peer: &PeerId, rank: usize) -> Distance {
+    let mut d = key.distance(peer).0;
+    d[..4].copy_from_slice(&(rank.min(u32::MAX as usize) as u32).to_be_bytes());
+    Distance(d)
+}
+
+/// The order key of a peer a ranked read does not rank (a refusing peer the view lists,
+/// not among the candidates): after every ranked candidate.
+pub(crate) fn unranked_distance(key: &Key, peer: &PeerId) -> Distance {
+    let mut d = key.distance(peer).0;
+    d[..4].copy_from_slice(&[0xff; 4]);
+    Distance(d)
+}
+
 /// Known peers ordered nearest-first, deduplicated, at most [`MAX_CANDIDATES`].
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Candidates {
@@ -50,7 +67,19 @@ impl Candidates {
     /// (`Some`) replaces the one a known peer had; `None` keeps it (a plain lookup says
     /// nothing new about load).
     pub(crate) fn insert(&mut self, key: &Key, peer: PeerId, key_load: Option<u32>) {
-        let distance = key.distance(&peer);
+        self.insert_at(key.distance(&peer), peer, key_load);
+    }
+
+    /// [`insert`](Self::insert) at an order key of the caller's (a placement rank,
+    /// [`ranked_distance`]). A peer already known keeps its place (its hint is updated as
+    /// `insert` does).
+    pub(crate) fn insert_at(&mut self, distance: Distance, peer: PeerId, key_load: Option<u32>) {
+        if let Some(c) = self.list.iter_mut().find(|c| c.peer == peer) {
+            if key_load.is_some() {
+                c.key_load = key_load;
+            }
+            return;
+        }
         let pos = match self.list.binary_search_by(|c| c.distance.cmp(&distance)) {
             Ok(pos) => {
                 // Same distance from one key means same peer.

@@ -6,7 +6,7 @@ use crate::placement::{Key, PeerId};
 use crate::rng::{seeded, ChaCha8Rng};
 use crate::time::{Deadline, Duration, Instant};
 
-use super::candidates::{Candidates, Tried};
+use super::candidates::{ranked_distance, unranked_distance, Candidates, Tried};
 use super::choice::ChoiceOption;
 use super::config::{
     Absence, HedgeRule, ReadConfig, ReadConfigError, MAX_CANDIDATES, MAX_GETS_IN_FLIGHT,
@@ -154,6 +154,9 @@ pub struct Read {
     round_snapshot: bool,
     next_get: u32,
     stats: ReadStats,
+    /// Candidates are ordered by the rank their lookup gave them
+    /// ([`handle_lookup_ranked`](Read::handle_lookup_ranked)), not by XOR distance.
+    ranked: bool,
 }
 
 impl Read {
@@ -182,6 +185,7 @@ impl Read {
             round_snapshot: false,
             next_get: 0,
             stats: ReadStats::default(),
+            ranked: false,
         })
     }
 
@@ -255,6 +259,55 @@ impl Read {
     /// (see `docs/read.md`, "Load-aware first reads"). Same contract as `handle_lookup` otherwise.
     pub fn handle_lookup_peers(&mut self, now: Instant, peers: &[LookupPeer]) {
         self.lookup(now, peers.iter().map(|p| (p.id, p.bounded_key_load())));
+    }
+
+    /// The lookup's answer in placement order, best owner first (roster deployments:
+    /// rendezvous owners, whose order XOR distance does not follow). A peer's position is
+    /// its rank: the read orders its candidates by rank instead of by XOR distance, so the
+    /// first `close_group_size` are the close group (spread over, and whose `NotFound`s
+    /// prove absence) and the rest are the fallbacks past it, asked nearest-first when no
+    /// close-group member is left to ask (a close group that is silent, refusing, failing
+    /// or serving invalid copies). A peer keeps the rank it was first given; a peer the
+    /// view lists as refusing but no lookup ranked orders after every ranked one. Use
+    /// ranked lookups for every round of a read, or none. Same contract as
+    /// [`handle_lookup_peers`](Self::handle_lookup_peers) otherwise.
+    pub fn handle_lookup_ranked(&mut self, now: Instant, peers: &[LookupPeer]) {
+        self.ranked = true;
+        self.clock(now);
+        let key = self.key;
+        let ranked = peers.iter().enumerate().map(|(rank, p)| {
+            (
+                ranked_distance(&key, &p.id, rank),
+                p.id,
+                p.bounded_key_load(),
+            )
+        });
+        match self.phase {
+            Phase::Start => {
+                for (d, p, load) in ranked {
+                    self.candidates.insert_at(d, p, load);
+                }
+                self.start_round(true);
+            }
+            Phase::Round { .. } => {
+                for (d, p, load) in ranked {
+                    self.candidates.insert_at(d, p, load);
+                }
+                self.timers.clear(Timer::Lookup);
+                self.phase = Phase::Round { lookup_done: true };
+            }
+            _ => {}
+        }
+    }
+
+    /// The order key of `peer`: its candidate's, else its XOR distance (after every
+    /// ranked candidate in a ranked read).
+    fn order_of(&self, peer: &PeerId) -> Distance {
+        match self.candidates.get(peer) {
+            Some(c) => c.distance,
+            None if self.ranked => unranked_distance(&self.key, peer),
+            None => self.key.distance(peer),
+        }
     }
 
     fn lookup(&mut self, now: Instant, peers: impl Iterator<Item = (PeerId, Option<u32>)>) {
@@ -525,10 +578,9 @@ impl Read {
     /// during the round still counts at its end.
     fn snapshot_refusals(&mut self, now: Instant, view: &impl PeerView) {
         self.round_snapshot = true;
-        let key = self.key;
         let mut skipped = core::mem::take(&mut self.skipped);
         view.for_each_refused(now, &mut |peer, _left| {
-            note_skipped(&mut skipped, key.distance(&peer), peer);
+            note_skipped(&mut skipped, self.order_of(&peer), peer);
         });
         self.skipped = skipped;
     }
@@ -629,9 +681,8 @@ impl Read {
         for &(distance, peer) in &self.skipped {
             consider(self, distance, peer, Duration::ZERO);
         }
-        let key = self.key;
         view.for_each_refused(now, &mut |peer, _| {
-            consider(self, key.distance(&peer), peer, Duration::ZERO);
+            consider(self, self.order_of(&peer), peer, Duration::ZERO);
         });
 
         if let Some(left) = shortest {

@@ -41,6 +41,7 @@ pub(super) enum Field {
     Seq,
     Key,
     Sig,
+    Adm,
     EpochSig,
     Other,
 }
@@ -88,6 +89,8 @@ fn member_field(key: &str) -> Field {
         Field::Key
     } else if go_key_matches(key, "SIG") {
         Field::Sig
+    } else if go_key_matches(key, "ADM") {
+        Field::Adm
     } else {
         Field::Other
     }
@@ -104,6 +107,8 @@ pub(super) struct RawMember<'de> {
     pub seq: Option<Cow<'de, str>>,
     pub key: Option<Cow<'de, str>>,
     pub sig: Option<Cow<'de, str>>,
+    /// The admission certificate (`adm`), as text.
+    pub adm: Option<Cow<'de, str>>,
 }
 
 /// A roster as it arrived, before the field and bound checks.
@@ -171,6 +176,7 @@ impl<'de> Visitor<'de> for MemberVisitor {
                 Field::Seq => map.next_value_seed(NullableText(&mut m.seq))?,
                 Field::Key => map.next_value_seed(NullableText(&mut m.key))?,
                 Field::Sig => map.next_value_seed(NullableText(&mut m.sig))?,
+                Field::Adm => map.next_value_seed(NullableText(&mut m.adm))?,
                 Field::Weight => match map.next_value::<Option<f64>>()? {
                     Some(w) => m.weight = Some(w),
                     None => {

@@ -66,7 +66,8 @@ pub use refresh::{
 pub use table::{
     ClaimRejection, LearnOutcome, Membership, MembershipMode, MembershipPolicy, MembershipStats,
     MergeReport, PolicyError, DEFAULT_LEARN_INTERVAL, DEFAULT_MAX_CHECKS_PER_SOURCE,
-    DEFAULT_MAX_NEW_PER_SOURCE, MAX_LEARN_INTERVAL, MAX_LEARN_SOURCES, VERIFY_CACHE_CAPACITY,
+    DEFAULT_MAX_NEW_PER_SOURCE, DEFAULT_MAX_PLACED_PER_HOST, DEFAULT_MAX_PLACED_PER_PREFIX,
+    MAX_LEARN_INTERVAL, MAX_LEARN_SOURCES, MAX_PLACED_WEIGHT, VERIFY_CACHE_CAPACITY,
 };
 pub use verify::{Checks, Verified, MIN_PARALLEL_PART, MIN_VERIFY_BATCH};
 
@@ -161,7 +162,12 @@ impl RosterMember {
 impl Serialize for RosterMember {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let record = self.record.record();
-        let mut st = s.serialize_struct("RosterMember", if record.is_some() { 6 } else { 3 })?;
+        let fields = match record {
+            Some(r) if r.admission.is_some() => 7,
+            Some(_) => 6,
+            None => 3,
+        };
+        let mut st = s.serialize_struct("RosterMember", fields)?;
         st.serialize_field("id", &self.id)?;
         st.serialize_field("addr", &self.addr)?;
         st.serialize_field("weight", &self.weight)?;
@@ -169,6 +175,9 @@ impl Serialize for RosterMember {
             st.serialize_field("seq", &r.seq.to_string())?;
             st.serialize_field("key", &record::hex(&r.key))?;
             st.serialize_field("sig", &record::hex(&r.sig))?;
+            if let Some(a) = &r.admission {
+                st.serialize_field("adm", &record::hex(a))?;
+            }
         }
         st.end()
     }
@@ -383,8 +392,13 @@ impl Roster {
         let mut members = Vec::with_capacity(raw.members.len());
         for (index, m) in raw.members.into_iter().enumerate() {
             let missing = |field| RosterDecodeError::MissingMemberField { index, field };
-            let record =
+            let mut record =
                 Attestation::from_fields(m.seq.as_deref(), m.key.as_deref(), m.sig.as_deref());
+            if let (Attestation::Signed(r), Some(adm)) = (&mut record, m.adm.as_deref()) {
+                // A certificate that is not 128 hex digits is no certificate: the member
+                // is simply not admitted (its record still verifies on its own).
+                r.admission = record::unhex(adm.as_bytes());
+            }
             let member = RosterMember {
                 id: m.id.ok_or_else(|| missing("id"))?,
                 addr: m.addr.ok_or_else(|| missing("addr"))?,

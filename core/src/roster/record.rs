@@ -40,6 +40,10 @@ pub const RECORD_TAG: &[u8] = b"peerblock member record v1\0";
 /// Domain tag that starts a signed epoch.
 pub const EPOCH_TAG: &[u8] = b"peerblock epoch v1\0";
 
+/// Domain separation of an admission certificate: the authority signs this tag followed by
+/// the admitted member's 32-byte public key.
+pub const ADMISSION_TAG: &[u8] = b"peerblock admission v1\0";
+
 /// Length of the hex form of a public key (32 bytes).
 pub const KEY_HEX_LEN: usize = 64;
 
@@ -48,7 +52,8 @@ pub const SIG_HEX_LEN: usize = 128;
 
 /// Longest `X-Peerblock-Record` value accepted (bytes): a 20-digit sequence number, a
 /// weight of at most 32 characters, the key and the signature with their separators fit.
-pub const MAX_RECORD_HEADER_LEN: usize = 20 + 1 + 32 + 1 + KEY_HEX_LEN + 1 + SIG_HEX_LEN;
+pub const MAX_RECORD_HEADER_LEN: usize =
+    20 + 1 + 32 + 1 + KEY_HEX_LEN + 1 + SIG_HEX_LEN + 1 + SIG_HEX_LEN;
 
 /// Longest signed message: tag, id, address and the fixed fields.
 const MAX_MESSAGE_LEN: usize = RECORD_TAG.len() + 1 + MAX_ID_LEN + 2 + MAX_ADDR_LEN + 8 + 8 + 32;
@@ -137,6 +142,7 @@ impl NodeKey {
             seq,
             key: self.public,
             sig: self.signing.sign(&msg).to_bytes(),
+            admission: None,
         })
     }
 }
@@ -152,6 +158,12 @@ pub struct RecordSig {
     pub key: [u8; 32],
     /// Ed25519 signature over the record's message (module docs).
     pub sig: [u8; 64],
+    /// The cluster authority's admission certificate for `key` ([`sign_admission`]), if
+    /// the member has one: carried beside the record (the `adm` member field, a fifth
+    /// part of `X-Peerblock-Record`), not covered by the record's signature (the
+    /// authority's signature covers the key it admits). Admitted clusters place only
+    /// members whose certificate verifies (`MembershipMode::Admitted`).
+    pub admission: Option<[u8; 64]>,
 }
 
 /// What a member entry or a caller says about its record.
@@ -189,9 +201,12 @@ pub enum RecordFormatError {
     /// The header's weight is not a finite non-negative number.
     #[error("record weight is not a finite non-negative number")]
     Weight,
-    /// The header value is too long or does not have four space-separated parts.
-    #[error("record header is not `<seq> <weight> <key> <sig>`")]
+    /// The header value is too long or does not have four (or five) space-separated parts.
+    #[error("record header is not `<seq> <weight> <key> <sig> [<admission>]`")]
     Shape,
+    /// The admission certificate is not 128 hex digits.
+    #[error("record admission is not {SIG_HEX_LEN} hex digits")]
+    Admission,
 }
 
 /// Why a record does not verify (the sender's fault: counted, never learned).
@@ -244,15 +259,26 @@ impl RecordSig {
     }
 
     /// The `X-Peerblock-Record` value for a caller with `weight`:
-    /// `<seq> <weight> <key hex> <sig hex>`.
+    /// `<seq> <weight> <key hex> <sig hex>`, then ` <admission hex>` when the record
+    /// carries an admission certificate.
     pub fn to_header(&self, weight: f64) -> String {
-        format!(
+        let mut h = format!(
             "{} {} {} {}",
             self.seq,
             weight,
             hex(&self.key),
             hex(&self.sig)
-        )
+        );
+        if let Some(a) = &self.admission {
+            h.push(' ');
+            h.push_str(&hex(a));
+        }
+        h
+    }
+
+    /// Whether the record is the same as `other` apart from the admission certificate.
+    pub fn same_record(&self, other: &RecordSig) -> bool {
+        self.seq == other.seq && self.key == other.key && self.sig == other.sig
     }
 }
 
@@ -303,6 +329,7 @@ fn parse_fields(
         seq: crate::wire::parse_epoch(seq.as_bytes()).ok_or(RecordFormatError::Seq)?,
         key: unhex(key.as_bytes()).ok_or(RecordFormatError::Key)?,
         sig: unhex(sig.as_bytes()).ok_or(RecordFormatError::Sig)?,
+        admission: None,
     })
 }
 
@@ -312,7 +339,8 @@ fn parse_header(value: &[u8]) -> Result<(RecordSig, f64), RecordFormatError> {
     }
     let text = core::str::from_utf8(value).map_err(|_| RecordFormatError::Shape)?;
     let mut parts = text.split(' ');
-    let (Some(seq), Some(weight), Some(key), Some(sig), None) = (
+    let (Some(seq), Some(weight), Some(key), Some(sig), adm, None) = (
+        parts.next(),
         parts.next(),
         parts.next(),
         parts.next(),
@@ -325,7 +353,11 @@ fn parse_header(value: &[u8]) -> Result<(RecordSig, f64), RecordFormatError> {
     if !weight.is_finite() || weight < 0.0 {
         return Err(RecordFormatError::Weight);
     }
-    Ok((parse_fields(Some(seq), Some(key), Some(sig))?, weight))
+    let mut record = parse_fields(Some(seq), Some(key), Some(sig))?;
+    if let Some(adm) = adm {
+        record.admission = Some(unhex(adm.as_bytes()).ok_or(RecordFormatError::Admission)?);
+    }
+    Ok((record, weight))
 }
 
 /// One record to verify in a batch ([`verify_batch`]): the record and the claim it signs.
@@ -387,6 +419,32 @@ pub fn verify_batch(claims: &[Claimed<'_>]) -> bool {
 /// Signs `epoch` with a cluster authority key (the operator's tool; pure).
 pub fn sign_epoch(authority: &NodeKey, epoch: u64) -> [u8; 64] {
     authority.signing.sign(&epoch_message(epoch)).to_bytes()
+}
+
+/// The cluster authority's admission certificate for a member's public key
+/// `member_key` (`peerblock-node key admit`; pure): its signature over
+/// [`ADMISSION_TAG`] ‖ key. Served with the member's record; nodes in
+/// `MembershipMode::Admitted` place only members whose certificate verifies.
+pub fn sign_admission(authority: &NodeKey, member_key: &[u8; 32]) -> [u8; 64] {
+    let mut msg = Vec::with_capacity(ADMISSION_TAG.len() + 32);
+    msg.extend_from_slice(ADMISSION_TAG);
+    msg.extend_from_slice(member_key);
+    authority.signing.sign(&msg).to_bytes()
+}
+
+/// Whether `sig` is the authority `authority`'s admission certificate for `member_key`
+/// (strict verification; an invalid or weak authority key verifies nothing).
+pub fn verify_admission(authority: &[u8; 32], member_key: &[u8; 32], sig: &[u8; 64]) -> bool {
+    let Ok(k) = VerifyingKey::from_bytes(authority) else {
+        return false;
+    };
+    if k.is_weak() {
+        return false;
+    }
+    let mut msg = Vec::with_capacity(ADMISSION_TAG.len() + 32);
+    msg.extend_from_slice(ADMISSION_TAG);
+    msg.extend_from_slice(member_key);
+    k.verify_strict(&msg, &Signature::from_bytes(sig)).is_ok()
 }
 
 /// Whether `sig` is the authority `key`'s signature over `epoch`.
@@ -577,6 +635,7 @@ mod tests {
             seq: 1,
             key: signer.public(),
             sig: signer.signing.sign(&msg).to_bytes(),
+            admission: None,
         }
     }
 

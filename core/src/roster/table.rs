@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::record::{verify_epoch, Attestation, RecordError, RecordSig};
+use super::record::{verify_admission, verify_epoch, Attestation, RecordError, RecordSig};
 use super::verify::{Check, Checks, Verified};
 use super::{check_identity, MemberProblem, Roster, RosterMember, DEFAULT_WEIGHT};
 use crate::time::{Duration, Instant};
@@ -38,6 +38,25 @@ pub const VERIFY_CACHE_CAPACITY: usize = 4096;
 /// Longest [`MembershipPolicy::learn_interval`]: one day.
 pub const MAX_LEARN_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Default [`MembershipPolicy::max_placed_per_host`]: 4 members placed per host (IP
+/// address, or host name). A machine with a few disks runs a node per disk; one address
+/// owning more than 4 members is an address inventing them. With the close group of 7,
+/// an outsider needs members on 2 hosts to fill one key's close group
+/// (`docs/security.md`, "Placement").
+pub const DEFAULT_MAX_PLACED_PER_HOST: usize = 4;
+
+/// Default [`MembershipPolicy::max_placed_per_prefix`]: 64 members placed per network
+/// prefix (an IPv4 /24, an IPv6 /48; a host name is its own prefix). A rack or a subnet
+/// holds many honest nodes; one /24 holds at most 256 addresses, so this bounds what one
+/// rented block of addresses can place to 64 members.
+pub const DEFAULT_MAX_PLACED_PER_PREFIX: usize = 64;
+
+/// Highest placement weight a member is placed with: a member that signs (or claims) a
+/// larger weight is placed as if it had signed this one. Honest nodes sign weight 1, so a
+/// member can take at most 4 default members' share of the keys, never all of them (an
+/// unbounded weight wins every key's rendezvous).
+pub const MAX_PLACED_WEIGHT: f64 = 4.0;
+
 /// One known peer (never the node itself, which is held separately).
 #[derive(Clone, Debug, PartialEq)]
 struct Entry {
@@ -49,6 +68,16 @@ struct Entry {
     heard: Option<Instant>,
     /// The verified record that set `addr` and `weight`; `None` for an unverified claim.
     record: Option<RecordSig>,
+    /// The member spoke for itself from the host of the address it names (it answered a
+    /// roster request sent to that address, or it called from that address's IP). Cleared
+    /// when the address changes on anyone else's word.
+    at_addr: bool,
+    /// When the entry was added: among members over a placement budget, the earlier ones
+    /// keep their place (a newcomer never displaces an established member).
+    since: Instant,
+    /// Its verified record carries an admission certificate that the policy's authority
+    /// signed for its key (checked once, when the record was taken).
+    admitted: bool,
 }
 
 /// Whether the table learns unverified claims.
@@ -60,6 +89,12 @@ pub enum MembershipMode {
     Open,
     /// Only verified records are learned (`membership = "verified-only"`).
     VerifiedOnly,
+    /// Learned as in [`Open`](Self::Open), but placed only when admitted: a verified
+    /// record carrying the cluster authority's admission certificate for its key
+    /// ([`super::record::sign_admission`]), or an unverified member at an address of
+    /// [`MembershipPolicy::allow`] that spoke for itself from it (reference peers named by
+    /// the operator). Needs [`MembershipPolicy::authority`] (`membership = "admitted"`).
+    Admitted,
 }
 
 /// How a [`Membership`] table decides what it learns ([`Membership::with_policy`]).
@@ -81,6 +116,16 @@ pub struct MembershipPolicy {
     /// The window of `max_new_per_source` and `max_checks_per_source` (default [`DEFAULT_LEARN_INTERVAL`]; positive, at
     /// most [`MAX_LEARN_INTERVAL`]).
     pub learn_interval: Duration,
+    /// Members placed per host (default [`DEFAULT_MAX_PLACED_PER_HOST`]; at least 1):
+    /// see [`Membership::placed`].
+    pub max_placed_per_host: usize,
+    /// Members placed per network prefix, an IPv4 /24 or an IPv6 /48 (default
+    /// [`DEFAULT_MAX_PLACED_PER_PREFIX`]; at least 1): see [`Membership::placed`].
+    pub max_placed_per_prefix: usize,
+    /// In [`MembershipMode::Admitted`]: addresses (`host:port`, as members advertise them)
+    /// whose unsigned member is placed once it spoke for itself from there (Go reference
+    /// peers, which have no key). Ignored in the other modes. Default empty.
+    pub allow: Vec<String>,
 }
 
 impl Default for MembershipPolicy {
@@ -91,6 +136,9 @@ impl Default for MembershipPolicy {
             max_new_per_source: DEFAULT_MAX_NEW_PER_SOURCE,
             max_checks_per_source: DEFAULT_MAX_CHECKS_PER_SOURCE,
             learn_interval: DEFAULT_LEARN_INTERVAL,
+            max_placed_per_host: DEFAULT_MAX_PLACED_PER_HOST,
+            max_placed_per_prefix: DEFAULT_MAX_PLACED_PER_PREFIX,
+            allow: Vec::new(),
         }
     }
 }
@@ -113,6 +161,9 @@ pub enum PolicyError {
     /// `authority` is not a valid Ed25519 public key.
     #[error("membership policy `authority` is not a valid Ed25519 public key")]
     BadAuthority,
+    /// [`MembershipMode::Admitted`] without an `authority` to check certificates with.
+    #[error("membership policy `mode` admitted needs an `authority` key")]
+    AdmittedWithoutAuthority,
 }
 
 impl PolicyError {
@@ -121,7 +172,7 @@ impl PolicyError {
         match self {
             PolicyError::Zero { field } => field,
             PolicyError::IntervalTooLong { .. } => "learn_interval",
-            PolicyError::BadAuthority => "authority",
+            PolicyError::BadAuthority | PolicyError::AdmittedWithoutAuthority => "authority",
         }
     }
 }
@@ -139,6 +190,16 @@ impl MembershipPolicy {
                 field: "max_checks_per_source",
             });
         }
+        if self.max_placed_per_host == 0 {
+            return Err(PolicyError::Zero {
+                field: "max_placed_per_host",
+            });
+        }
+        if self.max_placed_per_prefix == 0 {
+            return Err(PolicyError::Zero {
+                field: "max_placed_per_prefix",
+            });
+        }
         if self.learn_interval.is_zero() {
             return Err(PolicyError::Zero {
                 field: "learn_interval",
@@ -148,6 +209,9 @@ impl MembershipPolicy {
             return Err(PolicyError::IntervalTooLong {
                 value: self.learn_interval,
             });
+        }
+        if self.mode == MembershipMode::Admitted && self.authority.is_none() {
+            return Err(PolicyError::AdmittedWithoutAuthority);
         }
         if let Some(key) = &self.authority {
             match ed25519_dalek::VerifyingKey::from_bytes(key) {
@@ -490,14 +554,127 @@ impl Membership {
         }
     }
 
+    /// Whether `id`'s entry may be placed at all (before the budgets): its record verified,
+    /// or (unverified) it spoke for itself from the host of the address it names. Unverified
+    /// hearsay is never placed: it may be asked for rosters, but owns no key until it has
+    /// spoken for itself. In [`MembershipMode::Admitted`]: only a verified record with a
+    /// valid admission certificate, or an unverified member that spoke for itself from an
+    /// address of [`MembershipPolicy::allow`]. The node itself is always placeable.
+    pub fn placeable(&self, id: &str) -> bool {
+        if id == self.me.id {
+            return true;
+        }
+        self.peers.get(id).is_some_and(|e| self.entry_placeable(e))
+    }
+
+    fn entry_placeable(&self, e: &Entry) -> bool {
+        match self.policy.mode {
+            MembershipMode::Admitted => {
+                e.admitted
+                    || (e.record.is_none() && e.at_addr && self.policy.allow.contains(&e.addr))
+            }
+            _ => e.record.is_some() || e.at_addr,
+        }
+    }
+
+    /// Whether `record` carries an admission certificate the policy's authority signed for
+    /// its key (one signature check, counted; only in [`MembershipMode::Admitted`]).
+    fn admits(&mut self, record: &RecordSig) -> bool {
+        let (MembershipMode::Admitted, Some(authority), Some(cert)) =
+            (self.policy.mode, self.policy.authority, record.admission)
+        else {
+            return false;
+        };
+        self.stats.signature_checks += 1;
+        verify_admission(&authority, &record.key, &cert)
+    }
+
+    /// The members placement may use: the node itself first, then every placeable member
+    /// ([`placeable`](Self::placeable)) within the placement budgets, by id. Budgets: one
+    /// member per address (`host:port`: one listener is one node), at
+    /// most [`MembershipPolicy::max_placed_per_host`] members per host of their address
+    /// (an IP, or a host name) and [`MembershipPolicy::max_placed_per_prefix`] per
+    /// network prefix (IPv4 /24, IPv6 /48). The node itself counts first; then members
+    /// with a verified record that also spoke from their address, then other verified
+    /// members, then unverified members that spoke from their address; within each, the
+    /// longest known first (ties by id). A newcomer therefore never displaces an
+    /// established member, and inventing members at one address places at most the host's
+    /// budget of them. Each member is returned with its weight capped at
+    /// [`MAX_PLACED_WEIGHT`] and its record (if verified).
+    pub fn placed(&self) -> Vec<RosterMember> {
+        let mut order: Vec<(u8, Instant, &String, &Entry)> = self
+            .peers
+            .iter()
+            .filter(|(_, e)| self.entry_placeable(e))
+            .map(|(id, e)| {
+                let class = match (e.admitted || e.record.is_some(), e.at_addr) {
+                    (true, true) => 0,
+                    (true, false) => 1,
+                    _ => 2,
+                };
+                (class, e.since, id, e)
+            })
+            .collect();
+        order.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+        let mut hosts: BTreeMap<String, usize> = BTreeMap::new();
+        let mut prefixes: BTreeMap<String, usize> = BTreeMap::new();
+        let (per_host, per_prefix) = (
+            self.policy.max_placed_per_host,
+            self.policy.max_placed_per_prefix,
+        );
+        let mut addrs: BTreeSet<String> = BTreeSet::new();
+        let mut admit = |addr: &str| -> bool {
+            // One listener is one node: a second member at an address already placed is
+            // an id invented for it.
+            if addrs.contains(&addr.to_ascii_lowercase()) {
+                return false;
+            }
+            let host = normal_host(host_of(addr));
+            let prefix = prefix_of(&host);
+            let h = hosts.get(&host).copied().unwrap_or(0);
+            let p = prefixes.get(&prefix).copied().unwrap_or(0);
+            if h >= per_host || p >= per_prefix {
+                return false;
+            }
+            hosts.insert(host, h + 1);
+            prefixes.insert(prefix, p + 1);
+            addrs.insert(addr.to_ascii_lowercase());
+            true
+        };
+        let mut me = self.me.clone();
+        me.weight = me.weight.min(MAX_PLACED_WEIGHT);
+        admit(&me.addr);
+        let mut members = vec![me];
+        for (_, _, id, e) in order {
+            if admit(&e.addr) {
+                members.push(RosterMember {
+                    id: id.clone(),
+                    addr: e.addr.clone(),
+                    weight: e.weight.min(MAX_PLACED_WEIGHT),
+                    record: match e.record {
+                        Some(r) => Attestation::Signed(r),
+                        None => Attestation::Unsigned,
+                    },
+                });
+            }
+        }
+        members[1..].sort_by(|a, b| a.id.cmp(&b.id));
+        members
+    }
+
     /// The inbound half, unsigned: a caller identified itself with `X-DART-Node: id` and
     /// `X-DART-Peer-Addr: addr` and no record. Learns exactly that advertised pair (never
-    /// the connection's source address, whose port is ephemeral), under the rules, with
-    /// the id as the learning source. The caller that omits either header is anonymous and
+    /// the connection's source address, whose port is ephemeral), under the rules, as
+    /// if the caller called from the host of `addr` (that host is the learning source, and
+    /// the member counts as having spoken from its address: it is placed, see
+    /// [`Membership::placed`]). For integrators whose transport already ties a caller to
+    /// its address, and for tests; the caller that omits either header is anonymous and
     /// must not reach this call. Returns `Ok(true)` if the table changed beyond the heard
-    /// stamp. Drivers that know the caller's IP call [`Membership::learn_caller`].
+    /// stamp. Drivers that know the caller's IP call [`Membership::learn_caller`], which
+    /// places the member only if that IP is its address's.
     pub fn learn(&mut self, now: Instant, id: &str, addr: &str) -> Result<bool, MemberProblem> {
-        match self.learn_caller(now, id, id, addr, &Attestation::Unsigned, None)? {
+        let source = host_of(addr).to_owned();
+        match self.learn_caller(now, &source, id, addr, &Attestation::Unsigned, None)? {
             LearnOutcome::Learned { changed, .. } => Ok(changed),
             _ => Ok(false),
         }
@@ -706,6 +883,7 @@ impl Membership {
         newer_epoch: bool,
     ) -> Claim {
         let heard = first_hand.then_some(now);
+        let at_addr = first_hand && same_host(source, addr);
         let known = self.peers.get(id);
         let reject = |this: &mut Self, r: ClaimRejection| {
             this.stats.count(r);
@@ -721,10 +899,22 @@ impl Membership {
                         return reject(self, ClaimRejection::Replayed);
                     }
                     if r.seq == h.seq {
-                        if r == h && e.addr == addr && e.weight == w {
-                            // The record held: verified already, no check.
+                        if r.same_record(h) && e.addr == addr && e.weight == w {
+                            // The record held: verified already, no check. A certificate
+                            // it did not carry (or that did not verify) is taken if it
+                            // verifies; a held one is never replaced by another.
+                            let newly_admitted =
+                                !e.admitted && r.admission.is_some() && self.admits(r);
                             if let Some(e) = self.peers.get_mut(id) {
                                 e.heard = heard.max(e.heard);
+                                e.at_addr |= at_addr;
+                                if newly_admitted {
+                                    if let Some(held) = e.record.as_mut() {
+                                        held.admission = r.admission;
+                                    }
+                                    e.admitted = true;
+                                    return Claim::Updated;
+                                }
                             }
                             return Claim::Unchanged;
                         }
@@ -748,7 +938,7 @@ impl Membership {
                         },
                     );
                 }
-                self.apply(now, source, id, addr, Some(w), heard, Some(*r))
+                self.apply(now, source, id, addr, Some(w), heard, at_addr, Some(*r))
             }
             Attestation::Unsigned => {
                 if self.policy.mode == MembershipMode::VerifiedOnly {
@@ -762,12 +952,12 @@ impl Membership {
                         Claim::Unchanged
                     }
                     Some(_) if !first_hand && !newer_epoch => Claim::Unchanged,
-                    Some(_) => self.apply(now, source, id, addr, weight, heard, None),
+                    Some(_) => self.apply(now, source, id, addr, weight, heard, at_addr, None),
                     None => {
                         if !self.budget(now, source) {
                             return reject(self, ClaimRejection::RateLimited);
                         }
-                        self.apply(now, source, id, addr, weight, heard, None)
+                        self.apply(now, source, id, addr, weight, heard, at_addr, None)
                     }
                 }
             }
@@ -875,13 +1065,18 @@ impl Membership {
         addr: &str,
         weight: Option<f64>,
         heard: Option<Instant>,
+        at_addr: bool,
         record: Option<RecordSig>,
     ) -> Claim {
+        let admitted = record.as_ref().is_some_and(|r| self.admits(r));
         if let Some(e) = self.peers.get_mut(id) {
             let mut changed = false;
             if e.addr != addr {
                 e.addr = addr.to_owned();
+                e.at_addr = at_addr;
                 changed = true;
+            } else {
+                e.at_addr |= at_addr;
             }
             if let Some(w) = weight {
                 if e.weight != w {
@@ -890,8 +1085,9 @@ impl Membership {
                 }
             }
             if record.is_some() {
-                changed |= e.record.is_none();
+                changed |= e.record.is_none() || e.admitted != admitted;
                 e.record = record;
+                e.admitted = admitted;
             }
             if heard.is_some() {
                 e.heard = heard.max(e.heard);
@@ -913,6 +1109,9 @@ impl Membership {
                 weight: weight.unwrap_or(DEFAULT_WEIGHT),
                 heard,
                 record,
+                at_addr,
+                since: now,
+                admitted,
             },
         );
         Claim::Added
@@ -949,9 +1148,72 @@ impl Membership {
     }
 }
 
+/// The host part of an address or a learning source: `host` of `host:port`, the text
+/// between the brackets of `[v6]:port`, and the whole text otherwise (an IP without a
+/// port, as a caller's source is given; a bare IPv6 address).
+pub(crate) fn host_of(addr: &str) -> &str {
+    if let Some(rest) = addr.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match addr.rsplit_once(':') {
+        Some((host, _)) if !host.contains(':') => host,
+        _ => addr,
+    }
+}
+
+/// A host as compared: an IP address in its canonical text (an IPv4-mapped IPv6 address
+/// as its IPv4 address, as a dual-stack listener reports an IPv4 caller), a name in lower
+/// case.
+fn normal_host(host: &str) -> String {
+    match host.parse::<core::net::IpAddr>() {
+        Ok(ip) => ip.to_canonical().to_string(),
+        Err(_) => host.to_ascii_lowercase(),
+    }
+}
+
+/// Whether a claim learned from `source` came from the host of the address `addr` it
+/// names.
+fn same_host(source: &str, addr: &str) -> bool {
+    normal_host(host_of(source)) == normal_host(host_of(addr))
+}
+
+/// The network prefix a (normalised) host counts against: an IPv4 /24, an IPv6 /48, a
+/// host name itself.
+fn prefix_of(host: &str) -> String {
+    match host.parse::<core::net::IpAddr>() {
+        Ok(core::net::IpAddr::V4(v4)) => {
+            let [a, b, c, _] = v4.octets();
+            format!("{a}.{b}.{c}.0/24")
+        }
+        Ok(core::net::IpAddr::V6(v6)) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
+        }
+        Err(_) => host.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_compare_by_address_whatever_their_spelling() {
+        assert_eq!(host_of("10.0.0.1:7070"), "10.0.0.1");
+        assert_eq!(host_of("[::1]:7070"), "::1");
+        assert_eq!(host_of("::1"), "::1");
+        assert_eq!(host_of("10.0.0.1"), "10.0.0.1");
+        assert!(
+            same_host("::ffff:10.0.0.1", "10.0.0.1:7070"),
+            "a mapped caller"
+        );
+        assert!(same_host("[0:0::1]:9", "[::1]:7070"));
+        assert!(same_host("Node.Example:1", "node.example:2"));
+        assert!(!same_host("10.0.0.1", "10.0.0.2:7070"));
+        assert_eq!(prefix_of("10.1.2.3"), "10.1.2.0/24");
+        assert_eq!(prefix_of("2001:db8:1:2::5"), "2001:db8:1::/48");
+        assert_eq!(prefix_of("node.example"), "node.example");
+    }
 
     fn m(id: &str, addr: &str, weight: f64) -> RosterMember {
         RosterMember {
