@@ -1,14 +1,14 @@
 //! `peerblock-node`: a peerblock storage node. See docs/node.md for the operator's manual.
 //!
-//! The command line and its validation live in `peerblock_tokio::node`; this file sets up
+//! The command line and its validation live in `peerblock_node::node`; this file sets up
 //! logging, runs the chosen command and maps its result to an exit code.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use peerblock_tokio::manifest;
-use peerblock_tokio::node::{self, Cli, Command, ImportArgs, NodeError};
-use peerblock_tokio::progress::Progress;
+use peerblock_node::manifest;
+use peerblock_node::node::{self, Cli, Command, ImportArgs, NodeError};
+use peerblock_node::progress::Progress;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -60,10 +60,10 @@ fn run(cli: Cli) -> Result<(), NodeError> {
         }
         Command::Swarm(args) => {
             let plan = node::plan_swarm(&args)?;
-            runtime()?.block_on(peerblock_tokio::swarm::swarm(plan))
+            runtime()?.block_on(peerblock_node::swarm::swarm(plan))
         }
         Command::Key(cmd) => {
-            print!("{}", peerblock_tokio::identity::key_command(&cmd)?);
+            print!("{}", peerblock_node::identity::key_command(&cmd)?);
             Ok(())
         }
     }
