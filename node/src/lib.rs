@@ -7,7 +7,9 @@
 //!
 //! | module | what it owns |
 //! |---|---|
-//! | [`node`] | the `peerblock-node` command line, its validation and its commands |
+//! | [`error`] | how a command fails: [`error::NodeError`] and the exit codes |
+//! | [`node`] | the `peerblock-node` command line and its validation into plans |
+//! | [`run`] | each command's plan run by the module that owns the command |
 //! | [`check`] | `peerblock-node check`: verify a store's chunks, quarantine, re-fetch |
 //! | [`identity`] | the node's key file and record sequence number |
 //! | [`swarm`] | `peerblock-node swarm`: a simulator scenario run for real (node processes, in-process readers, the simulator's report) |
@@ -21,10 +23,12 @@
 
 pub mod check;
 mod cmd;
+pub mod error;
 pub mod identity;
 pub mod metrics;
 pub mod node;
 pub mod progress;
+pub mod run;
 pub mod swarm;
 pub mod swarm_origin;
 

@@ -9,6 +9,7 @@ use clap::Parser;
 use peerblock_node::manifest;
 use peerblock_node::node::{self, Cli, Command, ImportArgs, NodeError};
 use peerblock_node::progress::Progress;
+use peerblock_node::run;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -44,22 +45,22 @@ fn run(cli: Cli) -> Result<(), NodeError> {
                 String::new()
             };
             eprintln!("peerblock-node: node id {}{how}", plan.node_id);
-            runtime()?.block_on(node::serve_node(plan))
+            runtime()?.block_on(run::serve_node(plan))
         }
         Command::Fetch(args) => {
             let plan = node::plan_fetch(&args)?;
-            runtime()?.block_on(node::fetch(plan))
+            runtime()?.block_on(run::fetch(plan))
         }
         Command::Get(args) => {
             let plan = node::plan_get(&args)?;
-            runtime()?.block_on(node::get(plan))
+            runtime()?.block_on(run::get(plan))
         }
         Command::Check(args) => {
-            let plan = node::plan_check(&args)?;
-            runtime()?.block_on(node::check(plan))
+            let plan = run::plan_check(&args)?;
+            runtime()?.block_on(run::check(plan))
         }
         Command::Swarm(args) => {
-            let plan = node::plan_swarm(&args)?;
+            let plan = run::plan_swarm(&args)?;
             runtime()?.block_on(peerblock_node::swarm::swarm(plan))
         }
         Command::Key(cmd) => {
