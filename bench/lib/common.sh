@@ -48,7 +48,7 @@ build_node() {
         return
     fi
     log "building peerblock-node (release)"
-    (cd "$REPO" && nice cargo build --release -q -p peerblock-tokio --bin peerblock-node) >&2
+    (cd "$REPO" && nice cargo build --release -q -p peerblock-node --bin peerblock-node) >&2
 }
 
 # build_hyper: release build of the hyper baseline (its own crate and lock).

@@ -13,8 +13,8 @@
 //! | [`roster`] | the roster answer a server gives (learning an identified caller first) |
 //! | [`read`] | what both readers share: candidates, placement discovery, the block asked for, the result |
 //!
-//! `peerblock-tokio` (the tokio driver and the `peerblock-node` binary) and
-//! `peerblock-mio` (the mio driver) both build on this crate, so the two drivers read the
+//! `peerblock-tokio` (the tokio driver), `peerblock-mio` (the mio driver) and
+//! `peerblock-node` (the node binary over both) build on this crate, so the two drivers read the
 //! same store, validate with the same manifest, load the same configuration and count the
 //! same metrics. Everything here is plain blocking code: each driver decides where it runs.
 

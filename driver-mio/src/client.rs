@@ -44,7 +44,7 @@ use peerblock_core::read::GetOutcome;
 use peerblock_core::time::Instant;
 use peerblock_core::wire::{BlockPath, Hop};
 
-use crate::worker::{After, Entry, Key, Ready, Remote, Runtime, Worker};
+use crate::worker::{After, Driven, Entry, Key, Ready, Remote, Runtime, Worker};
 
 /// Largest `max_conns_per_peer` accepted.
 pub const MAX_CONNS_PER_PEER: usize = 65_536;
@@ -98,7 +98,7 @@ impl Drop for ClientShared {
         let id = self.id;
         for r in &self.remotes {
             r.run(move |w| {
-                w.clients.remove(&id);
+                w.clients.remove(id);
             });
         }
     }
@@ -273,7 +273,10 @@ impl Client {
         for worker in 0..self.runtime.threads() {
             let tx = tx.clone();
             self.runtime.remote(worker).run(move |w| {
-                let n = w.clients.get(&id).map_or(0, |l| l.requests.len());
+                let n = w
+                    .clients
+                    .get::<ClientLocal>(id)
+                    .map_or(0, |l| l.requests.len());
                 let _ = tx.send(n);
             });
         }
@@ -496,7 +499,7 @@ fn lost(peer: PeerId) -> Fetched {
 }
 
 fn local_of<'a>(w: &'a mut Worker, client: &ClientShared) -> &'a mut ClientLocal {
-    w.clients.entry(client.id).or_default()
+    w.clients.or_default::<ClientLocal>(client.id)
 }
 
 /// On the peer's worker: admit, then take a connection slot or wait for one.
@@ -532,7 +535,7 @@ fn start_job(w: &mut Worker, job: Job) {
         ticket: Some(ticket),
         bound,
     };
-    let key = w.insert(Entry::Waiting(Box::new(waiting)));
+    let key = w.insert(Entry::new(Box::new(waiting)));
     let local = local_of(w, &client);
     local.requests.insert(id, key);
     local.slots.entry(addr).or_default().waiters.push_back(key);
@@ -591,12 +594,12 @@ fn release(w: &mut Worker, client: &Arc<ClientShared>, addr: &str) {
             return;
         };
         let mut taken = None;
-        w.with_entry(next, |_, _, entry| match entry {
-            Entry::Waiting(g) => {
+        w.with_entry(next, |_, _, entry| match entry.get::<WaitingGet>() {
+            Some(g) => {
                 taken = g.job.take().zip(g.ticket.take());
                 After::Done
             }
-            _ => After::Unchanged,
+            None => After::Unchanged,
         });
         if let Some((job, ticket)) = taken {
             // The slot passes to the waiter (`open` is unchanged, so nothing else can
@@ -610,7 +613,7 @@ fn release(w: &mut Worker, client: &Arc<ClientShared>, addr: &str) {
 
 /// Cancels request `id` of client `client` on this worker.
 fn cancel_on(w: &mut Worker, client: u64, id: u64) {
-    let Some(local) = w.clients.get_mut(&client) else {
+    let Some(local) = w.clients.get_mut::<ClientLocal>(client) else {
         return;
     };
     let Some(key) = local.requests.remove(&id) else {
@@ -619,23 +622,21 @@ fn cancel_on(w: &mut Worker, client: u64, id: u64) {
     let mut freed = None;
     w.with_entry(key, |w, _, entry| {
         let now = w.now();
-        match entry {
-            Entry::Client(c) => {
-                c.exchange.cancel(now);
-                if let Some(ticket) = c.ticket.take() {
-                    c.job.client.lock_peers().abandon(now, ticket);
-                }
-                c.job.done = None;
-                freed = Some((Arc::clone(&c.job.client), c.job.peer.addr.clone()));
-                After::Done
+        if let Some(c) = entry.get::<ClientConn>() {
+            c.exchange.cancel(now);
+            if let Some(ticket) = c.ticket.take() {
+                c.job.client.lock_peers().abandon(now, ticket);
             }
-            Entry::Waiting(g) => {
-                if let (Some(job), Some(ticket)) = (g.job.take(), g.ticket.take()) {
-                    job.client.lock_peers().abandon(now, ticket);
-                }
-                After::Done
+            c.job.done = None;
+            freed = Some((Arc::clone(&c.job.client), c.job.peer.addr.clone()));
+            After::Done
+        } else if let Some(g) = entry.get::<WaitingGet>() {
+            if let (Some(job), Some(ticket)) = (g.job.take(), g.ticket.take()) {
+                job.client.lock_peers().abandon(now, ticket);
             }
-            _ => After::Unchanged,
+            After::Done
+        } else {
+            After::Unchanged
         }
     });
     if let Some((client, addr)) = freed {
@@ -703,10 +704,13 @@ fn begin(w: &mut Worker, job: Job, ticket: GetTicket, retried: bool) {
         writable: false,
         closed: false,
     };
-    let placed = w.place(Entry::Client(Box::new(conn)), |w, key, entry| match entry {
-        Entry::Client(c) => c.register(w, key),
-        _ => Ok(()),
-    });
+    let placed = w.place(
+        Entry::new(Box::new(conn)),
+        |w, key, entry| match entry.get::<ClientConn>() {
+            Some(c) => c.register(w, key),
+            None => Ok(()),
+        },
+    );
     match placed {
         Ok(key) => {
             // Recorded before the first drive, which may already settle the request.
@@ -715,7 +719,7 @@ fn begin(w: &mut Worker, job: Job, ticket: GetTicket, retried: bool) {
         }
         Err((e, entry)) => {
             tracing::warn!(addr = %addr, error = %e, "registering a client socket failed");
-            if let Entry::Client(mut c) = entry {
+            if let Some(mut c) = entry.into_inner::<ClientConn>() {
                 if let Some(ticket) = c.ticket.take() {
                     client.lock_peers().abandon(w.now(), ticket);
                 }
@@ -1124,5 +1128,25 @@ impl Drop for ClientConn {
                 .to_core(std::time::Instant::now());
             self.job.client.lock_peers().abandon(now, ticket);
         }
+    }
+}
+
+impl Driven for ClientConn {
+    fn on_ready(&mut self, w: &mut Worker, key: Key, ready: Ready) -> After {
+        self.drive(w, key, ready)
+    }
+
+    fn on_timer(&mut self, w: &mut Worker, key: Key) -> After {
+        self.timeout(w, key)
+    }
+}
+
+impl Driven for WaitingGet {
+    fn on_ready(&mut self, w: &mut Worker, key: Key, _ready: Ready) -> After {
+        self.drive(w, key)
+    }
+
+    fn on_timer(&mut self, w: &mut Worker, key: Key) -> After {
+        self.timeout(w, key)
     }
 }

@@ -44,7 +44,7 @@ use peerblock_core::time::Instant;
 use peerblock_core::wire::BlockPath;
 
 use crate::client::{Client, RequestHandle};
-use crate::worker::{After, Entry, Key, Runtime, Worker};
+use crate::worker::{After, Driven, Entry, Key, Ready, Runtime, Worker};
 
 /// Addresses one read remembers: the read keeps at most [`MAX_CANDIDATES`] candidates,
 /// and a few rounds of lookups may name different ones.
@@ -217,8 +217,8 @@ impl Reader {
                 done: Some(done),
                 started: std::time::Instant::now(),
             };
-            let key = w.insert(Entry::Read(Box::new(task)));
-            w.drive(key, crate::worker::Ready::default());
+            let key = w.insert(Entry::new(Box::new(task)));
+            w.drive(key, Ready::default());
         });
     }
 }
@@ -360,13 +360,13 @@ impl ReadTask {
                 return;
             }
             progress_to.run(move |w| {
-                w.with_entry(key, |w, key, entry| match entry {
-                    Entry::Read(r) => {
+                w.with_entry(key, |w, key, entry| match entry.get::<ReadTask>() {
+                    Some(r) => {
                         let now = w.now();
                         r.read.handle_get_progress(now, id);
                         r.drive(w, key)
                     }
-                    _ => After::Unchanged,
+                    None => After::Unchanged,
                 })
             })
         });
@@ -398,9 +398,9 @@ impl ReadTask {
                 }
                 let outcome = fetched.get;
                 me.run(move |w| {
-                    w.with_entry(key, |w, key, entry| match entry {
-                        Entry::Read(r) => r.on_get(w, key, id, outcome),
-                        _ => After::Unchanged,
+                    w.with_entry(key, |w, key, entry| match entry.get::<ReadTask>() {
+                        Some(r) => r.on_get(w, key, id, outcome),
+                        None => After::Unchanged,
                     })
                 });
             }),
@@ -416,5 +416,15 @@ impl ReadTask {
         }
         self.read.handle_get(now, id, outcome);
         self.drive(w, key)
+    }
+}
+
+impl Driven for ReadTask {
+    fn on_ready(&mut self, w: &mut Worker, key: Key, _ready: Ready) -> After {
+        self.drive(w, key)
+    }
+
+    fn on_timer(&mut self, w: &mut Worker, key: Key) -> After {
+        self.timeout(w, key)
     }
 }

@@ -25,7 +25,7 @@ use peerblock_core::roster::{
 };
 
 use crate::client::{Client, RequestHandle};
-use crate::worker::{After, Entry, Key, Ready, Remote, Runtime, Worker};
+use crate::worker::{After, Driven, Entry, Key, Ready, Remote, Runtime, Worker};
 
 /// What the service and its handle share: answers counted, and whether it has ended.
 #[derive(Default)]
@@ -76,7 +76,7 @@ impl RosterService {
                 progress: p,
                 verifier: None,
             };
-            let key = w.insert(Entry::Roster(Box::new(task)));
+            let key = w.insert(Entry::new(Box::new(task)));
             *k.lock().unwrap_or_else(|e| e.into_inner()) = Some(key);
             w.drive(key, Ready::default());
         });
@@ -133,13 +133,13 @@ impl RosterService {
         self.runtime.remote(self.worker).run(move |w| {
             let key = *key.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(key) = key {
-                w.with_entry(key, |w, key, entry| match entry {
-                    Entry::Roster(r) => {
+                w.with_entry(key, |w, key, entry| match entry.get::<RosterTask>() {
+                    Some(r) => {
                         let now = w.now();
                         r.refresh.cancel(now);
                         r.drive(w, key)
                     }
-                    _ => After::Unchanged,
+                    None => After::Unchanged,
                 })
             }
         });
@@ -213,9 +213,9 @@ impl RosterTask {
                         Some(caller),
                         Box::new(move |fetched| {
                             back.run(move |w| {
-                                w.with_entry(key, |w, key, entry| match entry {
-                                    Entry::Roster(r) => r.on_answer(w, key, a, seq, fetched),
-                                    _ => After::Unchanged,
+                                w.with_entry(key, |w, key, entry| match entry.get::<RosterTask>() {
+                                    Some(r) => r.on_answer(w, key, a, seq, fetched),
+                                    None => After::Unchanged,
                                 })
                             })
                         }),
@@ -325,11 +325,9 @@ impl RosterTask {
                         } = job;
                         let verified = verify_on_threads(checks, verify_threads());
                         back.run(move |w| {
-                            w.with_entry(key, |w, key, entry| match entry {
-                                Entry::Roster(r) => {
-                                    r.merge(w, key, addr, ending, class, Some(verified))
-                                }
-                                _ => After::Unchanged,
+                            w.with_entry(key, |w, key, entry| match entry.get::<RosterTask>() {
+                                Some(r) => r.merge(w, key, addr, ending, class, Some(verified)),
+                                None => After::Unchanged,
                             })
                         });
                     }
@@ -387,5 +385,15 @@ impl RosterTask {
             self.progress.changed.notify_all();
         }
         self.drive(w, key)
+    }
+}
+
+impl Driven for RosterTask {
+    fn on_ready(&mut self, w: &mut Worker, key: Key, _ready: Ready) -> After {
+        self.drive(w, key)
+    }
+
+    fn on_timer(&mut self, w: &mut Worker, key: Key) -> After {
+        self.timeout(w, key)
     }
 }

@@ -51,7 +51,7 @@ use peerblock_core::time::{Clock, Instant};
 use peerblock_core::transmit::{Close, Transmit};
 
 use crate::client::Client;
-use crate::worker::{After, Entry, Key, Ready, Runtime, Worker};
+use crate::worker::{After, Driven, Entry, Key, Ready, Runtime, Worker};
 use peerblock_common::client::{GetOptions, Peer};
 
 /// Most connections one worker accepts per wake-up of its listener before it turns to
@@ -530,14 +530,16 @@ impl Server {
                     shared: Some(shared),
                     listener: Some(listener),
                 };
-                w.spawn(Entry::Listener(entry), |w, key, entry| match entry {
-                    Entry::Listener(l) => {
+                w.spawn(Entry::new(Box::new(entry)), |w, key, entry| match entry
+                    .get::<ListenerEntry>()
+                {
+                    Some(l) => {
                         let listener = l.listener.as_mut().expect("a new listener entry");
                         w.poll
                             .registry()
                             .register(listener, Token(key.index), Interest::READABLE)
                     }
-                    _ => Ok(()),
+                    None => Ok(()),
                 });
             });
         }
@@ -660,10 +662,17 @@ impl Drop for ServerHandle {
 /// connections close, busy ones finish or close).
 fn phase_changed(w: &mut Worker, shared: &Arc<Shared>) {
     for key in w.keys() {
-        w.with_entry(key, |w, key, entry| match entry {
-            Entry::Listener(l) if l.is(shared) => l.drive(w, key),
-            Entry::Server(c) if Arc::ptr_eq(&c.shared, shared) => c.drive(w, key, Ready::default()),
-            _ => After::Unchanged,
+        w.with_entry(key, |w, key, entry| {
+            if let Some(l) = entry.get::<ListenerEntry>().filter(|l| l.is(shared)) {
+                l.drive(w, key)
+            } else if let Some(c) = entry
+                .get::<ServerConn>()
+                .filter(|c| Arc::ptr_eq(&c.shared, shared))
+            {
+                c.drive(w, key, Ready::default())
+            } else {
+                After::Unchanged
+            }
         });
     }
 }
@@ -675,14 +684,6 @@ pub(crate) struct ListenerEntry {
 }
 
 impl ListenerEntry {
-    /// An entry with nothing in it (a cell being filled).
-    pub(crate) fn placeholder() -> ListenerEntry {
-        ListenerEntry {
-            shared: None,
-            listener: None,
-        }
-    }
-
     fn is(&self, shared: &Arc<Shared>) -> bool {
         self.shared.as_ref().is_some_and(|s| Arc::ptr_eq(s, shared))
     }
@@ -779,13 +780,15 @@ fn on_accept(w: &mut Worker, shared: &Arc<Shared>, stream: TcpStream, peer: Sock
     let target = shared.next_worker.fetch_add(1, Ordering::Relaxed) % w.remotes.len();
     let conn = Box::new(conn);
     w.post(target, move |w| {
-        w.spawn(Entry::Server(conn), |w, key, entry| match entry {
-            Entry::Server(c) => w.poll.registry().register(
-                &mut c.stream,
-                Token(key.index),
-                Interest::READABLE | Interest::WRITABLE,
-            ),
-            _ => Ok(()),
+        w.spawn(Entry::new(conn), |w, key, entry| {
+            match entry.get::<ServerConn>() {
+                Some(c) => w.poll.registry().register(
+                    &mut c.stream,
+                    Token(key.index),
+                    Interest::READABLE | Interest::WRITABLE,
+                ),
+                None => Ok(()),
+            }
         });
     });
 }
@@ -1038,14 +1041,14 @@ impl ServerConn {
         let me = w.me();
         let answer = move |result: SourceResult| {
             me.run(move |w| {
-                w.with_entry(key, |w, key, entry| match entry {
-                    Entry::Server(c) => {
+                w.with_entry(key, |w, key, entry| match entry.get::<ServerConn>() {
+                    Some(c) => {
                         c.pending.retain(|(p, _)| *p != id);
                         let now = w.now();
                         c.answer(now, id, result);
                         c.drive(w, key, Ready::default())
                     }
-                    _ => After::Unchanged,
+                    None => After::Unchanged,
                 })
             })
         };
@@ -1403,5 +1406,25 @@ impl RelayedFetch {
                 }),
             }),
         );
+    }
+}
+
+impl Driven for ListenerEntry {
+    fn on_ready(&mut self, w: &mut Worker, key: Key, _ready: Ready) -> After {
+        self.drive(w, key)
+    }
+
+    fn on_timer(&mut self, w: &mut Worker, key: Key) -> After {
+        self.drive(w, key)
+    }
+}
+
+impl Driven for ServerConn {
+    fn on_ready(&mut self, w: &mut Worker, key: Key, ready: Ready) -> After {
+        self.drive(w, key, ready)
+    }
+
+    fn on_timer(&mut self, w: &mut Worker, key: Key) -> After {
+        self.timeout(w, key)
     }
 }

@@ -17,6 +17,7 @@
 //! Every entry is driven the same way: feed what happened, drain the machine's outputs
 //! until it has nothing more to say, re-arm its timer at `poll_timeout()`.
 
+use std::any::Any;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
@@ -27,11 +28,6 @@ use std::time::Duration;
 
 use mio::{Events, Poll, Token, Waker};
 use peerblock_core::time::{Clock, Instant};
-
-use crate::client::{ClientConn, ClientLocal, WaitingGet};
-use crate::reader::ReadTask;
-use crate::roster::RosterTask;
-use crate::server::{ListenerEntry, ServerConn};
 
 /// The waker's token: never a slab index.
 const WAKER: Token = Token(usize::MAX);
@@ -137,7 +133,7 @@ impl Runtime {
                 queue: Arc::clone(&remotes[id].queue),
                 remotes: remotes.clone(),
                 clock,
-                clients: std::collections::HashMap::new(),
+                clients: Locals::default(),
             };
             let stop = Arc::clone(&stop);
             let handle = std::thread::Builder::new()
@@ -191,14 +187,77 @@ pub(crate) struct Key {
     pub(crate) gen: u64,
 }
 
-/// Everything a worker drives.
-pub(crate) enum Entry {
-    Listener(ListenerEntry),
-    Server(Box<ServerConn>),
-    Client(Box<ClientConn>),
-    Waiting(Box<WaitingGet>),
-    Read(Box<ReadTask>),
-    Roster(Box<RosterTask>),
+/// What a worker drives: a server's listener, a server connection, a client exchange, a
+/// GET waiting for a connection slot, a read, a roster refresh. Each module implements it
+/// for its own type; the worker knows none of them (it is the lowest module).
+pub(crate) trait Driven: AsAny + Send {
+    /// Drives it with what its socket reported (`Ready::default()`: a wake-up without an
+    /// event).
+    fn on_ready(&mut self, w: &mut Worker, key: Key, ready: Ready) -> After;
+    /// Its timer fired.
+    fn on_timer(&mut self, w: &mut Worker, key: Key) -> After;
+}
+
+/// The downcasts of an [`Entry`] (a blanket impl: no type writes it).
+pub(crate) trait AsAny: Any {
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+impl<T: Any> AsAny for T {
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// Everything a worker drives, one per slab cell.
+pub(crate) struct Entry(Box<dyn Driven>);
+
+impl Entry {
+    pub(crate) fn new<T: Driven>(item: Box<T>) -> Entry {
+        Entry(item)
+    }
+
+    /// The entry as a `T`, if it is one (a task finds the kind of entry it expects).
+    pub(crate) fn get<T: Driven>(&mut self) -> Option<&mut T> {
+        self.0.as_mut().as_any_mut().downcast_mut::<T>()
+    }
+
+    /// The entry as a `T`, if it is one.
+    pub(crate) fn into_inner<T: Driven>(self) -> Option<Box<T>> {
+        self.0.into_any().downcast::<T>().ok()
+    }
+}
+
+/// Per-client state a worker keeps for the client module, by client id (the worker does
+/// not know its type).
+#[derive(Default)]
+pub(crate) struct Locals(std::collections::HashMap<u64, Box<dyn Any + Send>>);
+
+impl Locals {
+    pub(crate) fn get<T: Any>(&self, id: u64) -> Option<&T> {
+        self.0.get(&id).and_then(|l| l.downcast_ref::<T>())
+    }
+
+    pub(crate) fn get_mut<T: Any>(&mut self, id: u64) -> Option<&mut T> {
+        self.0.get_mut(&id).and_then(|l| l.downcast_mut::<T>())
+    }
+
+    /// The client's state, created empty on first use.
+    pub(crate) fn or_default<T: Any + Send + Default>(&mut self, id: u64) -> &mut T {
+        self.0
+            .entry(id)
+            .or_insert_with(|| Box::new(T::default()))
+            .downcast_mut::<T>()
+            .expect("one type of client state: the client module's")
+    }
+
+    pub(crate) fn remove(&mut self, id: u64) {
+        self.0.remove(&id);
+    }
 }
 
 struct Cell {
@@ -351,7 +410,7 @@ pub(crate) struct Worker {
     pub(crate) clock: Clock,
     /// Per-client state kept on this worker (pools, connection slots, waiters, requests
     /// in flight), indexed by the client's id.
-    pub(crate) clients: std::collections::HashMap<u64, ClientLocal>,
+    pub(crate) clients: Locals,
 }
 
 impl Worker {
@@ -452,14 +511,7 @@ impl Worker {
 
     /// Drives entry `key` with what its socket reported.
     pub(crate) fn drive(&mut self, key: Key, ready: Ready) {
-        self.with_entry(key, |w, key, entry| match entry {
-            Entry::Listener(l) => l.drive(w, key),
-            Entry::Server(c) => c.drive(w, key, ready),
-            Entry::Client(c) => c.drive(w, key, ready),
-            Entry::Waiting(g) => g.drive(w, key),
-            Entry::Read(r) => r.drive(w, key),
-            Entry::Roster(r) => r.drive(w, key),
-        });
+        self.with_entry(key, |w, key, entry| entry.0.on_ready(w, key, ready));
     }
 
     /// Every live entry's key (for a server's phase change).
@@ -594,21 +646,25 @@ impl Worker {
                 continue;
             }
             self.entries.disarm(key);
-            self.with_entry(key, |w, key, entry| match entry {
-                Entry::Listener(l) => l.drive(w, key),
-                Entry::Server(c) => c.timeout(w, key),
-                Entry::Client(c) => c.timeout(w, key),
-                Entry::Waiting(g) => g.timeout(w, key),
-                Entry::Read(r) => r.timeout(w, key),
-                Entry::Roster(r) => r.timeout(w, key),
-            });
+            self.with_entry(key, |w, key, entry| entry.0.on_timer(w, key));
         }
     }
 }
 
-/// A cell's content while its real entry is being registered.
+/// A cell's content while its real entry is being registered: driven, it ends.
+struct Placeholder;
+
+impl Driven for Placeholder {
+    fn on_ready(&mut self, _w: &mut Worker, _key: Key, _ready: Ready) -> After {
+        After::Done
+    }
+    fn on_timer(&mut self, _w: &mut Worker, _key: Key) -> After {
+        After::Done
+    }
+}
+
 fn placeholder() -> Entry {
-    Entry::Listener(ListenerEntry::placeholder())
+    Entry::new(Box::new(Placeholder))
 }
 
 #[cfg(test)]

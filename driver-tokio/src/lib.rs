@@ -1,6 +1,7 @@
 //! # peerblock-tokio
 //!
-//! The tokio driver for `peerblock-core`, and the `peerblock-node` binary built on it.
+//! The tokio driver for `peerblock-core`: a library to embed in a service of your own.
+//! The `peerblock-node` binary built on it is the `peerblock-node` crate.
 //!
 //! Core decides everything; this crate owns sockets, tasks, timers and files and nothing
 //! else. Each part drives one of core's machines:
@@ -13,38 +14,26 @@
 //! | [`reader`] | `read::Read` | lookups through a [`reader::Discovery`], the read's GETs, its timers |
 //! | [`roster`] | `roster::Refresh` + one shared `roster::Membership` | periodic roster exchange |
 //! | [`relay`] | – | the relay-capable source: fetch on behalf from a parent or the origin, cache |
-//! | [`manifest`] | – | content addressing: import, manifests, block validation (re-exported from `peerblock-common`) |
-//! | [`node`] | – | the `peerblock-node` command line, its validation and its commands |
-//! | [`check`] | – | `peerblock-node check`: verify a store's chunks, quarantine, re-fetch |
-//! | [`identity`] | – | the node's key file and record sequence number |
+//! | [`origin`] | – | the object origin a relay fetches from: plain TCP or TLS, range GETs |
 //! | [`pace`] | `pace::TokenBucket` (node-wide and per connection) | upload pacing of the server's writes |
-//! | [`swarm`] | – | `peerblock-node swarm`: a simulator scenario run for real (node processes, in-process readers, the simulator's report) |
-//! | [`swarm_origin`] | – | `swarm` of a scenario whose content starts at the origin: nginx as the origin, shaped in a namespace of its own, its egress and the nodes' relay counters |
-//! | [`progress`] | – | progress of `import` and `fetch`: a bar on a terminal, lines otherwise |
+//! | [`manifest`] | – | content addressing: import, manifests, block validation (re-exported from `peerblock-common`) |
 //! | [`config`] | – | the node's TOML configuration (re-exported from `peerblock-common`) |
-//! | [`metrics`] | – | the Prometheus metrics (kept in `peerblock-common`) and their admin endpoint |
+//! | [`metrics`] | – | the Prometheus metrics (re-exported from `peerblock-common`) |
 //!
-//! docs/architecture.md says how core's driving contract maps onto tokio; docs/node.md is
-//! the operator's manual for `peerblock-node`.
+//! docs/architecture.md says how core's driving contract maps onto tokio;
+//! docs/integrating.md ("Embed a driver") and `examples/embed.rs` show a program that
+//! serves its own blocks and reads one back.
 
 #![warn(missing_docs)]
 
-pub mod check;
 pub mod client;
-pub mod identity;
-pub use peerblock_common::{config, manifest};
-mod cmd;
-pub mod metrics;
-pub mod node;
+pub use peerblock_common::{config, manifest, metrics};
 pub mod origin;
 pub mod pace;
-pub mod progress;
 pub mod reader;
 pub mod relay;
 pub mod roster;
 pub mod server;
 pub mod source;
-pub mod swarm;
-pub mod swarm_origin;
 
 pub use peerblock_common::SharedMembership;

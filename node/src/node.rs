@@ -5,7 +5,10 @@
 //! served: a bad flag or configuration ends start-up with [`EXIT_USAGE`] and a message
 //! naming the flag or key and the rule. The binary (`src/bin/peerblock-node.rs`) parses
 //! the command line, builds a plan with [`plan_serve`] / [`plan_fetch`] / [`plan_get`] /
-//! [`plan_check`], and runs it with [`serve_node`] / [`fetch`] / [`get`] / [`check`].
+//! [`plan_check`](crate::run::plan_check), and runs it with
+//! [`serve_node`](crate::run::serve_node) / [`fetch`](crate::run::fetch) /
+//! [`get`](crate::run::get) / [`check`](crate::run::check) ([`crate::run`]). This module
+//! imports none of the commands' modules: they import it, for their plans.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,89 +18,21 @@ use peerblock_core::placement::PeerId;
 use peerblock_core::roster::{NodeKey, MAX_ADDR_LEN, MAX_ID_LEN};
 use peerblock_core::wire::ChunkKey;
 
-use crate::config::{self, ConfigError, NodeConfig, MAX_PARALLEL};
+use crate::config::{self, NodeConfig, MAX_PARALLEL};
 use crate::identity;
 use crate::manifest::{self, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE};
 
-/// Exit code: success.
-pub const EXIT_OK: u8 = 0;
-/// Exit code: the operation failed (a block busy, unavailable, absent or invalid; a
-/// server that stopped with an error; a command not available in this build).
-pub const EXIT_FAILED: u8 = 1;
-/// Exit code: a bad command line or configuration (clap uses 2 for its own usage errors
-/// too). Nothing was served or written.
-pub const EXIT_USAGE: u8 = 2;
-/// Exit code: a local I/O error (reading the input file, writing the store or the output
-/// file, binding a socket).
-pub const EXIT_IO: u8 = 3;
-/// Exit code: interrupted by SIGINT or SIGTERM before the command finished (128 + 2, the
-/// shell's convention for SIGINT). A `fetch` removed its temporary file; the output was
-/// not touched.
-pub const EXIT_INTERRUPTED: u8 = 130;
+pub use crate::error::{NodeError, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE};
 
-/// How long `serve` lets in-flight responses finish after SIGINT/SIGTERM: an
-/// orchestrator's grace period before SIGKILL must be longer (docs/deploy.md).
-pub use crate::cmd::SHUTDOWN_GRACE;
+/// How long `serve` lets in-flight responses finish after SIGINT/SIGTERM before it closes
+/// every connection: a 1 MiB block takes milliseconds on a healthy link; a client slower
+/// than this is cut (core's own send-progress deadline is 30 s). An orchestrator's grace
+/// period before SIGKILL must be longer (docs/deploy.md).
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Domain-separation tag for ids derived from names: a node started with `--id NAME`
 /// (anything but 64 hex digits) has the id BLAKE3(`NODE_ID_TAG` ‖ NAME).
 pub const NODE_ID_TAG: &[u8] = b"peerblock-node-id-v1\0";
-
-/// A failure of a `peerblock-node` command, with its exit code ([`NodeError::exit_code`]).
-#[derive(Debug, thiserror::Error)]
-pub enum NodeError {
-    /// A flag's value breaks a rule.
-    #[error("{flag}: {rule}")]
-    Usage {
-        /// The flag (`--listen`).
-        flag: &'static str,
-        /// The rule it breaks.
-        rule: String,
-    },
-    /// The configuration (file or flag-fed part of it) is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// Importing a file failed.
-    #[error(transparent)]
-    Import(#[from] manifest::ImportError),
-    /// A local I/O error.
-    #[error("{what} {path}: {source}")]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The file, directory or address.
-        path: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The operation failed (the message says how: the outcome class of a block, ...).
-    #[error("{0}")]
-    Failed(String),
-    /// SIGINT or SIGTERM arrived before the command finished.
-    #[error("interrupted: {0}")]
-    Interrupted(String),
-}
-
-impl NodeError {
-    /// The process exit code for this error (see the `EXIT_` constants).
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            NodeError::Usage { .. } | NodeError::Config(_) => EXIT_USAGE,
-            NodeError::Import(manifest::ImportError::BlockSize(_)) => EXIT_USAGE,
-            NodeError::Import(manifest::ImportError::TooManyBlocks { .. }) => EXIT_USAGE,
-            NodeError::Import(_) | NodeError::Io { .. } => EXIT_IO,
-            NodeError::Failed(_) => EXIT_FAILED,
-            NodeError::Interrupted(_) => EXIT_INTERRUPTED,
-        }
-    }
-
-    pub(crate) fn usage(flag: &'static str, rule: impl Into<String>) -> Self {
-        NodeError::Usage {
-            flag,
-            rule: rule.into(),
-        }
-    }
-}
 
 /// `peerblock-node`: a peerblock storage node.
 #[derive(Debug, Parser)]
@@ -106,7 +41,7 @@ impl NodeError {
     version,
     about = "A peerblock node: serves blocks to peers, imports files as content-addressed blocks, fetches them back from a cluster",
     long_about = None,
-    after_help = "Logs go to stderr, filtered by RUST_LOG (default `info`, e.g. RUST_LOG=peerblock_tokio=debug).\nExit codes: 0 ok, 1 operation failed, 2 usage or configuration error, 3 local I/O error.\nSee docs/node.md."
+    after_help = "Logs go to stderr, filtered by RUST_LOG (default `info`, e.g. RUST_LOG=peerblock_node=debug,peerblock_tokio=debug).\nExit codes: 0 ok, 1 operation failed, 2 usage or configuration error, 3 local I/O error.\nSee docs/node.md."
 )]
 pub struct Cli {
     /// The command.
@@ -139,48 +74,18 @@ pub enum Command {
     Key(KeyCommand),
 }
 
-/// `key` subcommands.
-#[derive(Debug, Subcommand)]
-pub enum KeyCommand {
-    /// Create a new key file (64 hex digits of a secret seed drawn from the OS, owner-only
-    /// permissions, never overwriting a file) and print its public key and the id it
-    /// certifies. A node creates its own on first start; use this for an authority key.
-    New {
-        /// The key file to create.
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
-    },
-    /// Print a key file's public key (`authority_key` for the nodes' config, when it is
-    /// the authority's) and the id it certifies.
-    Show {
-        /// The key file.
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
-    },
-    /// Sign an epoch with the authority's key: prints the `[roster]` lines `epoch` and
-    /// `epoch_signature` for the nodes' config. Nodes configured with the key's public
-    /// key as `authority_key` adopt the epoch from any peer that serves it.
-    SignEpoch {
-        /// The authority's key file.
-        #[arg(long, value_name = "FILE")]
-        key: PathBuf,
-        /// The epoch to sign (1 to 2^64-1).
-        #[arg(value_name = "EPOCH", value_parser = clap::value_parser!(u64).range(1..))]
-        epoch: u64,
-    },
-    /// Admit a node to an admitted cluster (`[roster] membership = "admitted"`): signs the
-    /// node's public key with the authority's key and prints the `[roster] admission` line
-    /// for that node's config. The node serves the certificate with its record; nodes
-    /// place only members whose certificate their `authority_key` verifies.
-    Admit {
-        /// The authority's key file.
-        #[arg(long, value_name = "FILE")]
-        key: PathBuf,
-        /// The node's public key (64 hex digits, `key show` prints it) or its key file.
-        #[arg(value_name = "PUBLIC_KEY|KEY_FILE")]
-        node: String,
-    },
-}
+/// `key` subcommands (kept with the key files in [`crate::identity`]).
+pub use crate::identity::KeyCommand;
+
+/// Default `--scale`: blocks, file, budgets and rates × 1/8, rounds × 1/8 (at least one):
+/// a testnet arm (60 nodes, 64 readers, 13 blocks of 512 KiB at 4 Mbit/s per transfer)
+/// runs in well under a minute on two cores.
+pub const DEFAULT_SCALE: f64 = 0.125;
+
+/// Default `--max-downloads`: downloads running at once. The testnet arms run at most 192
+/// at once, so the bound never binds on them; it keeps a larger scenario from opening more
+/// connections than two cores and the file-descriptor limit take.
+pub const DEFAULT_MAX_DOWNLOADS: usize = 256;
 
 /// `swarm` arguments.
 #[derive(Debug, Args)]
@@ -197,7 +102,7 @@ pub struct SwarmArgs {
     pub seed: Option<u64>,
     /// Multiplies block and file sizes, byte budgets, upload rates and the number of
     /// rounds (at least 1); times stay the scenario's. More than 0, at most 1.
-    #[arg(long, value_name = "F", default_value_t = crate::swarm::DEFAULT_SCALE)]
+    #[arg(long, value_name = "F", default_value_t = DEFAULT_SCALE)]
     pub scale: f64,
     /// Write the simulator's JSON summary (same keys) here (`-` = stdout instead of the
     /// report).
@@ -208,7 +113,7 @@ pub struct SwarmArgs {
     pub driver: DriverKind,
     /// Downloads running at once (a bound for small machines; the testnet arms never
     /// reach the default).
-    #[arg(long, value_name = "N", default_value_t = crate::swarm::DEFAULT_MAX_DOWNLOADS)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_DOWNLOADS)]
     pub max_downloads: usize,
     /// No progress on stderr.
     #[arg(long)]
@@ -771,30 +676,6 @@ pub fn ensure_store(store: &Path) -> Result<(), NodeError> {
     })
 }
 
-/// Runs the node: binds `plan.listen`, serves the store, runs the roster service and
-/// (with `plan.metrics`) the metrics endpoint until interrupted.
-pub async fn serve_node(plan: ServePlan) -> Result<(), NodeError> {
-    crate::cmd::serve(plan).await
-}
-
-/// `check`'s plan and command (kept with the command in [`crate::check`]).
-pub use crate::check::{check, plan_check, CheckPlan};
-
-/// Validates `swarm`'s arguments and scenario. Starts nothing.
-pub fn plan_swarm(args: &SwarmArgs) -> Result<crate::swarm::SwarmPlan, NodeError> {
-    crate::swarm::plan(
-        &args.scenario,
-        args.seed,
-        args.scale,
-        args.json.clone(),
-        args.driver,
-        args.max_downloads,
-        args.quiet,
-        args.keep,
-        args.work_dir.clone(),
-    )
-}
-
 /// Everything `fetch` needs, validated.
 #[derive(Clone, Debug)]
 pub struct FetchPlan {
@@ -1007,14 +888,6 @@ fn file_kind(meta: &std::fs::Metadata) -> &'static str {
     }
 }
 
-/// Downloads the file: reads the manifest (block 0, validated against the chunk key) and
-/// every block (validated against the manifest) through the read engine, `parallel` at
-/// a time, writes them to a temporary file renamed to `output` once complete, and
-/// reports which peers served how much and each failed block's outcome class.
-pub async fn fetch(plan: FetchPlan) -> Result<(), NodeError> {
-    crate::cmd::fetch(plan).await
-}
-
 /// Everything `get` needs, validated.
 #[derive(Clone, Debug)]
 pub struct GetPlan {
@@ -1063,10 +936,4 @@ pub fn plan_get(args: &GetArgs) -> Result<GetPlan, NodeError> {
         hop: args.hop,
         config,
     })
-}
-
-/// One exchange with `plan.peer` for the block (`get_validated` with `expected`, plain
-/// `get` otherwise); writes the body, or reports the outcome class on failure.
-pub async fn get(plan: GetPlan) -> Result<(), NodeError> {
-    crate::cmd::get(plan).await
 }

@@ -1,5 +1,5 @@
 // refpeer: a small peer written the way the reference's Go peers are (net/http, default
-// transport, encoding/json with untagged structs), used by driver-tokio/tests/interop_go.rs.
+// transport, encoding/json with untagged structs), used by node/tests/interop_go.rs.
 //
 //	refpeer serve DIR ID       serves DIR/<chunk-hex>/<index> at /peer/v1/block/<hex>/<index>
 //	                           and a roster at /peer/v1/roster on 127.0.0.1:0; prints

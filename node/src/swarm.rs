@@ -64,21 +64,13 @@ use crate::reader::{BlockSpec, Candidate, Discovery, DiscoveryFuture, Reader};
 use crate::source::FileStore;
 use crate::swarm_origin;
 
-/// Default `--scale`: blocks, file, budgets and rates × 1/8, rounds × 1/8 (at least one):
-/// a testnet arm (60 nodes, 64 readers, 13 blocks of 512 KiB at 4 Mbit/s per transfer)
-/// runs in well under a minute on two cores.
-pub const DEFAULT_SCALE: f64 = 0.125;
-
 /// Most nodes a swarm starts: each is a process with its store and threads.
 pub const MAX_SWARM_NODES: u32 = 500;
 
 /// Most readers a swarm runs (each download holds up to `parallel_blocks` reads).
 pub const MAX_SWARM_READERS: u32 = 4096;
 
-/// Default `--max-downloads`: downloads running at once. The testnet arms run at most 192
-/// at once, so the bound never binds on them; it keeps a larger scenario from opening more
-/// connections than two cores and the file-descriptor limit take.
-pub const DEFAULT_MAX_DOWNLOADS: usize = 256;
+pub use crate::node::{DEFAULT_MAX_DOWNLOADS, DEFAULT_SCALE};
 
 /// How long a node process may take to print `listening ADDR`.
 const NODE_START_TIMEOUT: Duration = Duration::from_secs(20);

@@ -20,8 +20,8 @@ use common::procs::{fetch, import, random_file, Node, TempDir};
 use peerblock_core::read::{LookupPeer, ReadConfig, ReadOutcome};
 use peerblock_core::time::Clock;
 use peerblock_core::wire::{BlockPath, ChunkKey};
+use peerblock_node::metrics::{serve_metrics, Metrics};
 use peerblock_tokio::client::{Client, ClientOptions, Peer};
-use peerblock_tokio::metrics::{serve_metrics, Metrics};
 use peerblock_tokio::reader::{BlockSpec, Candidate, FixedDiscovery, Reader};
 
 /// Longest wait for anything Prometheus is asked to show (scrapes and rule evaluations

@@ -5,7 +5,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 
 use common::procs::TempDir;
-use peerblock_tokio::identity::{load_or_create_key, next_seq, seq_path};
+use peerblock_node::identity::{load_or_create_key, next_seq, seq_path};
 
 #[test]
 fn a_key_is_created_owner_only_once_and_reused() {

@@ -27,7 +27,7 @@ use sim::metrics::RelayMetrics;
 use sim::model::content::Content;
 use tokio::process::{Child, Command};
 
-use crate::node::NodeError;
+use crate::error::NodeError;
 
 /// Set in the environment of a swarm re-run inside its own network namespace.
 pub const NETNS_ENV: &str = "PEERBLOCK_SWARM_NETNS";

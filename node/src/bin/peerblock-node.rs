@@ -1,14 +1,15 @@
 //! `peerblock-node`: a peerblock storage node. See docs/node.md for the operator's manual.
 //!
-//! The command line and its validation live in `peerblock_tokio::node`; this file sets up
+//! The command line and its validation live in `peerblock_node::node`; this file sets up
 //! logging, runs the chosen command and maps its result to an exit code.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use peerblock_tokio::manifest;
-use peerblock_tokio::node::{self, Cli, Command, ImportArgs, NodeError};
-use peerblock_tokio::progress::Progress;
+use peerblock_node::manifest;
+use peerblock_node::node::{self, Cli, Command, ImportArgs, NodeError};
+use peerblock_node::progress::Progress;
+use peerblock_node::run;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -44,26 +45,26 @@ fn run(cli: Cli) -> Result<(), NodeError> {
                 String::new()
             };
             eprintln!("peerblock-node: node id {}{how}", plan.node_id);
-            runtime()?.block_on(node::serve_node(plan))
+            runtime()?.block_on(run::serve_node(plan))
         }
         Command::Fetch(args) => {
             let plan = node::plan_fetch(&args)?;
-            runtime()?.block_on(node::fetch(plan))
+            runtime()?.block_on(run::fetch(plan))
         }
         Command::Get(args) => {
             let plan = node::plan_get(&args)?;
-            runtime()?.block_on(node::get(plan))
+            runtime()?.block_on(run::get(plan))
         }
         Command::Check(args) => {
-            let plan = node::plan_check(&args)?;
-            runtime()?.block_on(node::check(plan))
+            let plan = run::plan_check(&args)?;
+            runtime()?.block_on(run::check(plan))
         }
         Command::Swarm(args) => {
-            let plan = node::plan_swarm(&args)?;
-            runtime()?.block_on(peerblock_tokio::swarm::swarm(plan))
+            let plan = run::plan_swarm(&args)?;
+            runtime()?.block_on(peerblock_node::swarm::swarm(plan))
         }
         Command::Key(cmd) => {
-            print!("{}", peerblock_tokio::identity::key_command(&cmd)?);
+            print!("{}", peerblock_node::identity::key_command(&cmd)?);
             Ok(())
         }
     }

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use common::procs::{run, Node, TempDir};
 use peerblock_core::roster::{Membership, RefreshConfig, RosterMember};
 use peerblock_core::time::Clock;
+use peerblock_node::metrics::Metrics;
+use peerblock_node::node::{expand_seeds, SeedResolver};
 use peerblock_testkit::conformance::canned::{self, Reply};
 use peerblock_tokio::client::{Client, ClientOptions};
-use peerblock_tokio::metrics::Metrics;
-use peerblock_tokio::node::{expand_seeds, SeedResolver};
 use peerblock_tokio::roster::RosterService;
 
 /// One HTTP/1.1 GET to `addr` (a loopback address), bounded: the status code and body.

@@ -184,7 +184,7 @@ fn the_daemonset_grace_outlasts_the_node_shutdown_grace() {
         .parse()
         .unwrap();
     assert!(
-        Duration::from_secs(grace) > peerblock_tokio::node::SHUTDOWN_GRACE,
+        Duration::from_secs(grace) > peerblock_node::node::SHUTDOWN_GRACE,
         "{grace} s is not longer than the node's shutdown grace"
     );
     let unit = read(&deploy().join("systemd/peerblock-node.service"));
@@ -193,7 +193,7 @@ fn the_daemonset_grace_outlasts_the_node_shutdown_grace() {
         .find_map(|l| l.strip_prefix("TimeoutStopSec="))
         .expect("TimeoutStopSec");
     let stop: u64 = stop.trim_end_matches('s').parse().unwrap();
-    assert!(Duration::from_secs(stop) > peerblock_tokio::node::SHUTDOWN_GRACE);
+    assert!(Duration::from_secs(stop) > peerblock_node::node::SHUTDOWN_GRACE);
 }
 
 #[test]

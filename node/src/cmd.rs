@@ -32,10 +32,7 @@ use crate::server::{Server, ServerHandle, ServerOptions};
 use crate::source::{BlockSource, FileStore, DEFAULT_MAX_BLOCK_SIZE};
 use crate::SharedMembership;
 
-/// How long `serve` lets in-flight responses finish after SIGINT/SIGTERM before it closes
-/// every connection: a 1 MiB block takes milliseconds on a healthy link; a client slower
-/// than this is cut (core's own send-progress deadline is 30 s).
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+pub use crate::node::SHUTDOWN_GRACE;
 
 /// How often `serve` looks at its roster table to print `members N` when the count
 /// changed (a log line for operators and tests, not a protocol timer).

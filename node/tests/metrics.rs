@@ -1,6 +1,6 @@
 //! The metrics admin endpoint over a real loopback socket: what it answers and its bounds.
 
-use peerblock_tokio::metrics::{
+use peerblock_node::metrics::{
     serve_metrics, Metrics, MAX_METRICS_HEAD_BYTES, METRICS_CONTENT_TYPE,
 };
 

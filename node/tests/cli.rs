@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use peerblock_tokio::node::EXIT_USAGE;
+use peerblock_node::node::EXIT_USAGE;
 
 mod common;
 

@@ -17,10 +17,54 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use clap::Subcommand;
 use peerblock_core::roster::record::unhex;
 use peerblock_core::roster::NodeKey;
 
-use crate::node::NodeError;
+use crate::error::NodeError;
+
+/// `key` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Create a new key file (64 hex digits of a secret seed drawn from the OS, owner-only
+    /// permissions, never overwriting a file) and print its public key and the id it
+    /// certifies. A node creates its own on first start; use this for an authority key.
+    New {
+        /// The key file to create.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Print a key file's public key (`authority_key` for the nodes' config, when it is
+    /// the authority's) and the id it certifies.
+    Show {
+        /// The key file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Sign an epoch with the authority's key: prints the `[roster]` lines `epoch` and
+    /// `epoch_signature` for the nodes' config. Nodes configured with the key's public
+    /// key as `authority_key` adopt the epoch from any peer that serves it.
+    SignEpoch {
+        /// The authority's key file.
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// The epoch to sign (1 to 2^64-1).
+        #[arg(value_name = "EPOCH", value_parser = clap::value_parser!(u64).range(1..))]
+        epoch: u64,
+    },
+    /// Admit a node to an admitted cluster (`[roster] membership = "admitted"`): signs the
+    /// node's public key with the authority's key and prints the `[roster] admission` line
+    /// for that node's config. The node serves the certificate with its record; nodes
+    /// place only members whose certificate their `authority_key` verifies.
+    Admit {
+        /// The authority's key file.
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// The node's public key (64 hex digits, `key show` prints it) or its key file.
+        #[arg(value_name = "PUBLIC_KEY|KEY_FILE")]
+        node: String,
+    },
+}
 
 /// The default key file's name inside the store directory.
 pub const DEFAULT_KEY_FILE: &str = "node.key";
@@ -79,8 +123,7 @@ pub fn read_key(path: &Path) -> Result<NodeKey, NodeError> {
 }
 
 /// `key new`, `key show`, `key sign-epoch` and `key admit`: what they print on stdout.
-pub fn key_command(cmd: &crate::node::KeyCommand) -> Result<String, NodeError> {
-    use crate::node::KeyCommand;
+pub fn key_command(cmd: &KeyCommand) -> Result<String, NodeError> {
     Ok(match cmd {
         KeyCommand::New { file } => describe(&create_key(file)?),
         KeyCommand::Show { file } => describe(&read_key(file)?),
