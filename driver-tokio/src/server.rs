@@ -573,13 +573,17 @@ impl Conn {
                 Phase(bool),
             }
             let pace_sleep = self.pace.as_mut().map(|p| p.sleep.as_mut());
+            // Biased: polled in this order, without drawing a random start per wake (a
+            // cost on every request). The phase, timer and pacing go first, so a socket
+            // that is always ready cannot keep the connection's deadlines from firing.
             let wake = tokio::select! {
-                r = self.stream.readable(), if want_read => Wake::Io(r),
-                r = self.stream.writable(), if want_write => Wake::Io(r),
-                joined = self.sources.join_next(), if sourcing => Wake::Source(joined),
+                biased;
+                r = phase.changed() => Wake::Phase(r.is_ok()),
                 () = &mut self.sleep, if timer_armed => Wake::Timer,
                 () = wait_paced(pace_sleep), if paced => Wake::Paced,
-                r = phase.changed() => Wake::Phase(r.is_ok()),
+                joined = self.sources.join_next(), if sourcing => Wake::Source(joined),
+                r = self.stream.readable(), if want_read => Wake::Io(r),
+                r = self.stream.writable(), if want_write => Wake::Io(r),
             };
             match wake {
                 Wake::Io(Err(e)) => return Ended::Io(e),
@@ -616,7 +620,25 @@ impl Conn {
         let Some(buf) = self.machine.read_buf() else {
             return Ok(());
         };
-        match self.stream.try_read(buf) {
+        let len = buf.len();
+        // `try_io` rather than `try_read`: a short read means the socket's receive queue
+        // is empty, so its readiness is cleared as tokio's own `poll_read` does. Without
+        // that, every request costs a second `recv` that only says "would block" (the
+        // client sends its next request only after this response).
+        let mut short = None;
+        let read = self.stream.try_io(tokio::io::Interest::READABLE, || {
+            let n = io::Read::read(&mut &*socket2::SockRef::from(&self.stream), buf)?;
+            if n > 0 && n < len {
+                short = Some(n);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        let read = match (read, short) {
+            (_, Some(n)) => Ok(n),
+            (read, None) => read,
+        };
+        match read {
             Ok(0) => {
                 self.eof = true;
                 self.machine.handle_eof(now);
@@ -878,19 +900,26 @@ impl Conn {
         Ok(())
     }
 
-    /// Keeps one timer armed at the machine's deadline.
+    /// Keeps one timer armed no later than the machine's deadline. The timer is moved
+    /// only when the deadline comes earlier than the armed one (or nothing is armed):
+    /// every answered request pushes the idle deadline later, and moving a tokio timer
+    /// costs a lock on the runtime's timer wheel each time. A timer that fires before the
+    /// machine's deadline costs one spurious `handle_timeout` (harmless by core's
+    /// contract) and is armed again at the deadline then current.
     fn arm_timer(&mut self) {
         let at = self
             .machine
             .poll_timeout()
             .and_then(|d| self.shared.clock.to_std(d.at));
-        if at != self.armed {
-            if let Some(at) = at {
+        match (at, self.armed) {
+            (Some(at), Some(armed)) if armed <= at => {}
+            (Some(at), _) => {
                 self.sleep
                     .as_mut()
                     .reset(tokio::time::Instant::from_std(at));
+                self.armed = Some(at);
             }
-            self.armed = at;
+            (None, _) => self.armed = None,
         }
     }
 
