@@ -5,7 +5,7 @@
 //! Every operation is applied to two identical worlds: one feeds bytes with
 //! `handle_input`, the other with `read_buf` + `handle_read`; everything they report
 //! (bytes taken, events, transmits, deadlines, admission counters) must be the same. A
-//! model of each connection checks the driving contract of `core/src/server/connection.rs`.
+//! model of each connection checks the driving contract of `core/src/server/connection/`.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
