@@ -2,6 +2,8 @@
 //! one test per rule, named for it, on a virtual clock. Every test asserts the attack fails
 //! and the counter that records it.
 
+mod roster_support;
+
 use peerblock_core::roster::record::{hex, sign_epoch, RecordSig, RECORD_TAG};
 use peerblock_core::roster::{
     Attestation, ClaimRejection, LearnOutcome, Membership, MembershipMode, MembershipPolicy,
@@ -12,9 +14,7 @@ use peerblock_core::time::{Duration, Instant};
 const T0: Instant = Instant::ZERO;
 
 fn key(n: u16) -> NodeKey {
-    let mut seed = [7u8; 32];
-    seed[..2].copy_from_slice(&n.to_be_bytes());
-    NodeKey::from_seed(&seed)
+    roster_support::key_from(7, n)
 }
 
 /// A member signed by `k` at `addr` with sequence `seq`.
@@ -34,18 +34,7 @@ fn roster(members: Vec<RosterMember>) -> Roster {
 }
 
 fn table_with(policy: MembershipPolicy) -> Membership {
-    let me = key(0);
-    let mut t = Membership::new(
-        RosterMember::new(me.id(), "10.0.0.1:7070", 1.0),
-        0,
-        MAX_ROSTER_MEMBERS - 1,
-    )
-    .unwrap()
-    .with_policy(policy)
-    .unwrap();
-    t.set_record(me.sign("10.0.0.1:7070", 1.0, 1).unwrap())
-        .unwrap();
-    t
+    roster_support::table_of(&key(0), policy)
 }
 
 fn table() -> Membership {

@@ -2,21 +2,21 @@
 //! (and so `client::placement_members`) hands to placement. One rule per test, named for
 //! it, on a virtual clock.
 
+mod roster_support;
+
 use peerblock_core::client::placement_members;
 use peerblock_core::placement::{owners, Key, PeerId};
 use peerblock_core::roster::record::sign_admission;
 use peerblock_core::roster::{
     Attestation, Membership, MembershipMode, MembershipPolicy, NodeKey, PolicyError, Roster,
-    RosterMember, DEFAULT_MAX_PLACED_PER_HOST, MAX_PLACED_WEIGHT, MAX_ROSTER_MEMBERS,
+    RosterMember, DEFAULT_MAX_PLACED_PER_HOST, MAX_PLACED_WEIGHT,
 };
 use peerblock_core::time::Instant;
 
 const T0: Instant = Instant::ZERO;
 
 fn key(n: u16) -> NodeKey {
-    let mut seed = [9u8; 32];
-    seed[..2].copy_from_slice(&n.to_be_bytes());
-    NodeKey::from_seed(&seed)
+    roster_support::key_from(9, n)
 }
 
 fn signed(k: &NodeKey, addr: &str, weight: f64) -> RosterMember {
@@ -31,18 +31,7 @@ fn roster(members: Vec<RosterMember>) -> Roster {
 }
 
 fn table_with(policy: MembershipPolicy) -> Membership {
-    let me = key(0);
-    let mut t = Membership::new(
-        RosterMember::new(me.id(), "10.0.0.1:7070", 1.0),
-        0,
-        MAX_ROSTER_MEMBERS - 1,
-    )
-    .unwrap()
-    .with_policy(policy)
-    .unwrap();
-    t.set_record(me.sign("10.0.0.1:7070", 1.0, 1).unwrap())
-        .unwrap();
-    t
+    roster_support::table_of(&key(0), policy)
 }
 
 fn table() -> Membership {
