@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::procs::{fetch, import, random_file, run, Node, TempDir, FETCH_BOUND};
+use common::procs::{fetch, import, metric_value, random_file, run, Node, TempDir, FETCH_BOUND};
 use peerblock_common::manifest::block_key;
 use peerblock_core::placement::{owners, rendezvous_score, Key, Member, PeerId};
 use peerblock_core::roster::{Attestation, NodeKey, Roster, RosterMember};
@@ -244,22 +244,6 @@ fn roster_of(addr: &str) -> String {
     out
 }
 
-/// The value of the metric `name` at the metrics endpoint `at` (0 when absent).
-fn gauge(at: &str, name: &str) -> u64 {
-    let mut s = TcpStream::connect(at).expect("connect to the metrics endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read the metrics");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
-        .map_or(0, |v| v.parse::<f64>().expect("a number") as u64)
-}
-
 /// The `(id, weight)` of every member a roster body lists.
 fn members_of(answer: &str) -> Vec<(String, f64)> {
     let body = answer.split_once("\r\n\r\n").expect("a head").1;
@@ -448,7 +432,7 @@ fn attack_then_fetch(attack: Attack<'_>) -> (Duration, u64, u64, String, String)
 
     // What A places now: its own view of the attack (the gauge is set as rosters are
     // answered and merged, which the wait above saw happen).
-    let placed_at_a = gauge(&a_metrics, "peerblock_roster_placed_members");
+    let placed_at_a = metric_value(&a_metrics, "peerblock_roster_placed_members");
     eprintln!("issue 25 attack ({tag}): A places {placed_at_a} members");
     if admitted {
         assert_eq!(placed_at_a, 4, "A placed a member it did not admit");

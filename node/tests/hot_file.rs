@@ -9,23 +9,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use common::procs::{fetch, import, random_file, run, Node, TempDir, FETCH_BOUND};
-
-/// A counter's value in the node's metrics text (0 when absent).
-fn counter(metrics_at: &str, name: &str) -> u64 {
-    let mut s = TcpStream::connect(metrics_at).expect("connect to the metrics endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read the metrics");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
-        .map_or(0, |v| v.parse::<f64>().expect("a number") as u64)
-}
+use common::procs::{fetch, import, metric_value, random_file, run, Node, TempDir, FETCH_BOUND};
 
 /// `fetch` naming `origin` (`HOST:PORT`) as the file's origin.
 fn fetch_from(chunk: &str, seed: &str, out: &Path, origin: &str) -> std::process::Output {
@@ -93,7 +77,7 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
     for n in [&a, &b, &c] {
         n.wait_members(3);
     }
-    let served = || counter(&origin_metrics, "peerblock_served_bytes_total");
+    let served = || metric_value(&origin_metrics, "peerblock_served_bytes_total");
     let first = dir.join("first.bin");
     let fetched = fetch_from(&chunk, &b.addr, &first, &origin.addr);
     let stderr = String::from_utf8_lossy(&fetched.stderr);
@@ -117,7 +101,7 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
     // their relay caches (not as imported content).
     let relayed: u64 = cluster_metrics
         .iter()
-        .map(|m| counter(m, "peerblock_relay_origin_bytes_total"))
+        .map(|m| metric_value(m, "peerblock_relay_origin_bytes_total"))
         .sum();
     assert!(
         relayed > 0 && relayed <= egress,
@@ -125,7 +109,7 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
     );
     let cached: u64 = cluster_metrics
         .iter()
-        .map(|m| counter(m, "peerblock_relay_cache_bytes"))
+        .map(|m| metric_value(m, "peerblock_relay_cache_bytes"))
         .sum();
     assert!(cached >= size as u64, "relay caches hold {cached} bytes");
     for store in &stores {
@@ -153,7 +137,7 @@ fn hot_file_through_the_cluster(driver: &[&str]) {
     );
     let hits: u64 = cluster_metrics
         .iter()
-        .map(|m| counter(m, "peerblock_relay_cache_hits_total"))
+        .map(|m| metric_value(m, "peerblock_relay_cache_hits_total"))
         .sum();
     assert!(hits > 0, "the second reader was served from no relay cache");
 }
@@ -197,12 +181,12 @@ fn a_relay_cache_at_its_bound_evicts_relayed_blocks_and_never_imported_ones() {
     );
     assert_eq!(std::fs::read(&out).unwrap(), hot_data);
     let metrics = a.metrics_addr();
-    let cached = counter(&metrics, "peerblock_relay_cache_bytes");
+    let cached = metric_value(&metrics, "peerblock_relay_cache_bytes");
     assert!(
         cached > 0 && cached <= bound as u64,
         "the relay cache holds {cached} bytes, bound {bound}"
     );
-    assert!(counter(&metrics, "peerblock_relay_cache_evictions_total") > 0);
+    assert!(metric_value(&metrics, "peerblock_relay_cache_evictions_total") > 0);
     let on_disk: u64 = walk(&store.0.join(".relay-cache"));
     assert!(on_disk <= bound as u64, "{on_disk} bytes in .relay-cache");
     // Imported content is whole and still served.
@@ -378,7 +362,7 @@ fn relayed_misses_share_one_fetch(driver: &[&str]) {
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     // The block once, and once the chunk's manifest, which the relay fetched to check the
     // block before caching it.
-    let served = counter(&origin_metrics, "peerblock_requests_total{status=\"200\"}");
+    let served = metric_value(&origin_metrics, "peerblock_requests_total{status=\"200\"}");
     assert_eq!(served, 2, "the origin served {served} blocks");
 }
 

@@ -268,3 +268,21 @@ pub fn import(file: &Path, store: &Path, block_size: usize) -> String {
         .trim()
         .to_owned()
 }
+
+/// The value of the metric `name` (a counter or gauge, labels included in `name`) at the
+/// metrics endpoint `at`, 0 when the node does not list it.
+pub fn metric_value(at: &str, name: &str) -> u64 {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(at).expect("connect to the metrics endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read the metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+        .map_or(0, |v| v.parse::<f64>().expect("a number") as u64)
+}
