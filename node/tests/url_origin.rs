@@ -251,6 +251,19 @@ http {{
     }
 
     /// Requests for `path` in the access log so far.
+    /// [`Self::requests_for`] once it is at least `at_least` (nginx writes a request's log
+    /// line after its response), polled for at most 10 s; the count then.
+    fn requests_logged_for(&self, path: &str, at_least: usize) -> usize {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let n = self.requests_for(path);
+            if n >= at_least || std::time::Instant::now() >= deadline {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(10)); // polling an observable, bounded
+        }
+    }
+
     fn requests_for(&self, path: &str) -> usize {
         std::fs::read_to_string(self.dir.join("access.log"))
             .unwrap_or_default()
@@ -374,7 +387,7 @@ fn a_5_mb_object_is_read_by_url_through_the_cluster_byte_exact() {
     assert!(fetched.status.success(), "{stdout}\n{stderr}");
     assert_eq!(std::fs::read(&second).unwrap(), data);
     assert_eq!(
-        nginx.requests_for("/big.bin") - before,
+        nginx.requests_logged_for("/big.bin", before + 1) - before,
         1,
         "the second reader asked the origin more than its probe: {stdout}"
     );
@@ -421,7 +434,7 @@ fn on_the_mio_driver_an_object_is_read_by_url_through_the_cluster() {
     assert!(fetched.status.success(), "{stdout}\n{stderr}");
     assert_eq!(std::fs::read(&second).unwrap(), data);
     assert_eq!(
-        nginx.requests_for("/m.bin") - before,
+        nginx.requests_logged_for("/m.bin", before + 1) - before,
         1,
         "the second reader asked the origin more than its probe: {stdout}"
     );
@@ -580,7 +593,9 @@ fn a_relay_answers_404_when_the_key_does_not_agree_with_the_url() {
         200,
         "an agreeing request is relayed"
     );
-    let requests = nginx.requests_for("/k.bin");
+    // nginx logs a request after its response is sent, so the relay's 200 can reach us
+    // before the line does: wait (bounded) until the relayed request is logged.
+    let requests = nginx.requests_logged_for("/k.bin", 1);
     assert_eq!(
         raw_get(&node.addr, &"ab".repeat(32), 1, &origin),
         404,
