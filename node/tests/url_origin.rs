@@ -250,7 +250,6 @@ http {{
         format!("{scheme}://127.0.0.1:{}/{rel}", self.port)
     }
 
-    /// Requests for `path` in the access log so far.
     /// [`Self::requests_for`] once it is at least `at_least` (nginx writes a request's log
     /// line after its response), polled for at most 10 s; the count then.
     fn requests_logged_for(&self, path: &str, at_least: usize) -> usize {
@@ -264,6 +263,7 @@ http {{
         }
     }
 
+    /// Requests for `path` in the access log so far.
     fn requests_for(&self, path: &str) -> usize {
         std::fs::read_to_string(self.dir.join("access.log"))
             .unwrap_or_default()
