@@ -24,9 +24,12 @@
 //! How each connection task maps core's driving contract onto tokio is in
 //! docs/architecture.md ("The tokio driver: server").
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -42,6 +45,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio::time::Sleep;
+
+use atomic_waker::AtomicWaker;
 
 use crate::metrics::Metrics;
 use crate::pace::{ConnPace, UploadPacing};
@@ -151,6 +156,69 @@ enum Phase {
     Closing,
 }
 
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::Running,
+            1 => Phase::Draining,
+            _ => Phase::Closing,
+        }
+    }
+}
+
+/// The phase as the connection tasks see it: an atomic each reads at every turn, and one
+/// waker slot per connection that a change wakes. Waiting on it costs a connection one
+/// atomic waker registration per wake, where a shared `watch` channel cost a lock on the
+/// channel's waiter list to register and another to unregister on every wake, both
+/// contended by every worker (measured: docs/benchmarks.md, "Fair serving under load").
+struct Phases {
+    current: AtomicU8,
+    next_id: AtomicU64,
+    /// Each live connection's waker slot, by connection id.
+    wakers: Mutex<BTreeMap<u64, Arc<AtomicWaker>>>,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases {
+            current: AtomicU8::new(Phase::Running as u8),
+            next_id: AtomicU64::new(0),
+            wakers: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn current(&self) -> Phase {
+        Phase::from_u8(self.current.load(Ordering::Acquire))
+    }
+
+    /// Moves to `phase` (never back) and wakes every connection.
+    fn set(&self, phase: Phase) {
+        self.current.fetch_max(phase as u8, Ordering::AcqRel);
+        let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        for waker in wakers.values() {
+            waker.wake();
+        }
+    }
+
+    /// A new connection's waker slot (removed by [`Phases::leave`]).
+    fn join(&self) -> (u64, Arc<AtomicWaker>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let waker = Arc::new(AtomicWaker::new());
+        self.wakers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, Arc::clone(&waker));
+        (id, waker)
+    }
+
+    fn leave(&self, id: u64) {
+        self.wakers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+}
+
 /// What the listener and every connection task share.
 struct Shared {
     config: Arc<ServerConfig>,
@@ -165,6 +233,8 @@ struct Shared {
     /// Woken whenever a connection is admitted, refused or closed
     /// ([`ServerHandle::wait_until`]).
     changed: tokio::sync::Notify,
+    /// The phase the connection tasks follow (the accept loop follows the `watch`).
+    phases: Phases,
 }
 
 impl Shared {
@@ -230,6 +300,7 @@ impl Server {
                 silent_when_full: options.silent_when_full,
                 silent_channels: options.silent_channels,
                 changed: tokio::sync::Notify::new(),
+                phases: Phases::new(),
             }),
         })
     }
@@ -320,13 +391,29 @@ impl ServerHandle {
     /// connection calls core's `close`. Resolves when every connection task has ended.
     pub async fn shutdown(mut self, grace: Duration) {
         tracing::info!(addr = %self.local_addr, ?grace, "server shutting down");
-        let _ = self.phase.send(Phase::Draining);
+        self.set_phase(Phase::Draining);
         if tokio::time::timeout(grace, self.done.recv()).await.is_err() {
             tracing::info!(addr = %self.local_addr, "grace period over: closing every connection");
-            let _ = self.phase.send(Phase::Closing);
+            self.set_phase(Phase::Closing);
             self.done.recv().await;
         }
         tracing::info!(addr = %self.local_addr, "server stopped");
+    }
+}
+
+impl ServerHandle {
+    /// Tells the accept loop (its `watch`) and every connection task (their [`Phases`]).
+    fn set_phase(&self, phase: Phase) {
+        let _ = self.phase.send(phase);
+        self.shared.phases.set(phase);
+    }
+}
+
+impl Drop for ServerHandle {
+    /// Dropped without [`ServerHandle::shutdown`] (or after it): every connection closes
+    /// now.
+    fn drop(&mut self) {
+        self.set_phase(Phase::Closing);
     }
 }
 
@@ -346,7 +433,7 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((stream, peer)) => on_accept(&shared, stream, peer, &phase, &done),
+            Ok((stream, peer)) => on_accept(&shared, stream, peer, &done),
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
@@ -383,13 +470,7 @@ async fn wait_for_a_free_session(shared: &Shared, phase: &mut watch::Receiver<Ph
 /// Admission at accept time: an admitted connection gets its task; a refused one the
 /// light path (within core's `AdmissionConfig::max_refusals`) or, over that bound, an
 /// immediate close.
-fn on_accept(
-    shared: &Arc<Shared>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    phase: &watch::Receiver<Phase>,
-    done: &mpsc::Sender<()>,
-) {
+fn on_accept(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, done: &mpsc::Sender<()>) {
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(%peer, error = %e, "setting TCP_NODELAY failed");
     }
@@ -415,7 +496,7 @@ fn on_accept(
             conn.close();
         } else {
             tracing::debug!(%peer, reason = refusal.reason.as_token(), "connection refused: answering its first request");
-            tokio::spawn(refuse(conn, phase.clone(), done.clone()));
+            tokio::spawn(refuse(conn, done.clone()));
         }
         return;
     }
@@ -424,20 +505,12 @@ fn on_accept(
     shared.changed.notify_waiters();
     tracing::debug!(%peer, "connection admitted");
     let conn = Conn::new(Arc::clone(shared), stream, peer, machine, true);
-    tokio::spawn(serve(conn, phase.clone(), done.clone()));
-}
-
-/// Waits for a connection's pacing timer (never, when it has none).
-async fn wait_paced(sleep: Option<Pin<&mut Sleep>>) {
-    match sleep {
-        Some(sleep) => sleep.await,
-        None => std::future::pending().await,
-    }
+    tokio::spawn(serve(conn, done.clone()));
 }
 
 /// An admitted connection's task.
-async fn serve(mut conn: Conn, mut phase: watch::Receiver<Phase>, _done: mpsc::Sender<()>) {
-    let ended = conn.run(&mut phase).await;
+async fn serve(mut conn: Conn, _done: mpsc::Sender<()>) {
+    let ended = conn.run().await;
     conn.ended(ended);
 }
 
@@ -445,8 +518,8 @@ async fn serve(mut conn: Conn, mut phase: watch::Receiver<Phase>, _done: mpsc::S
 /// request head, hands out the 503 and lingers; the same loop drives it, but it never
 /// asks a source and holds one of core's refusal slots instead of a session (released
 /// by `close`).
-async fn refuse(mut conn: Conn, mut phase: watch::Receiver<Phase>, _done: mpsc::Sender<()>) {
-    let ended = conn.run(&mut phase).await;
+async fn refuse(mut conn: Conn, _done: mpsc::Sender<()>) {
+    let ended = conn.run().await;
     conn.ended(ended);
 }
 
@@ -460,6 +533,26 @@ enum Ended {
     Shutdown,
     /// A socket error (reset, broken pipe).
     Io(io::Error),
+}
+
+/// What woke a connection's task.
+enum Wake {
+    Io(io::Result<()>),
+    Source(Option<Result<(RequestId, SourceResult), JoinError>>),
+    Timer,
+    Paced,
+    Phase,
+}
+
+/// What a connection's task waits for this time round (see [`Conn::poll_wake`]).
+struct Wait {
+    /// The phase seen: any other wakes the task.
+    phase: Phase,
+    timer: bool,
+    paced: bool,
+    sourcing: bool,
+    read: bool,
+    write: bool,
 }
 
 /// A response being written: the transmit and how many of its bytes (head then body) are
@@ -494,6 +587,8 @@ struct Conn {
     silenced: bool,
     /// Bytes written since the task last yielded to the runtime (see [`WRITE_BYTES_PER_TURN`]).
     written_since_yield: usize,
+    /// This connection's slot in the server's [`Phases`] (its id and waker).
+    phase_slot: (u64, Arc<AtomicWaker>),
 }
 
 impl Conn {
@@ -519,11 +614,12 @@ impl Conn {
             pace: shared.pacing.connection(shared.now()),
             silenced: false,
             written_since_yield: 0,
+            phase_slot: shared.phases.join(),
             shared,
         }
     }
 
-    async fn run(&mut self, phase: &mut watch::Receiver<Phase>) -> Ended {
+    async fn run(&mut self) -> Ended {
         loop {
             let now = self.shared.now();
             self.pump(now);
@@ -548,8 +644,8 @@ impl Conn {
             if self.machine.is_finished() {
                 return Ended::Finished;
             }
-            let current = *phase.borrow();
-            let draining = match current {
+            let phase = self.shared.phases.current();
+            let draining = match phase {
                 Phase::Running => false,
                 Phase::Closing => return Ended::Shutdown,
                 Phase::Draining => {
@@ -563,28 +659,25 @@ impl Conn {
             let paced = self.pace.as_ref().is_some_and(|p| p.waiting);
             let want_write = self.out.is_some() && !paced;
             self.arm_timer();
-            let timer_armed = self.armed.is_some();
-            let sourcing = !self.sources.is_empty();
-            enum Wake {
-                Io(io::Result<()>),
-                Source(Option<Result<(RequestId, SourceResult), JoinError>>),
-                Timer,
-                Paced,
-                Phase(bool),
-            }
-            let pace_sleep = self.pace.as_mut().map(|p| p.sleep.as_mut());
-            // Biased: polled in this order, without drawing a random start per wake (a
-            // cost on every request). The phase, timer and pacing go first, so a socket
-            // that is always ready cannot keep the connection's deadlines from firing.
-            let wake = tokio::select! {
-                biased;
-                r = phase.changed() => Wake::Phase(r.is_ok()),
-                () = &mut self.sleep, if timer_armed => Wake::Timer,
-                () = wait_paced(pace_sleep), if paced => Wake::Paced,
-                joined = self.sources.join_next(), if sourcing => Wake::Source(joined),
-                r = self.stream.readable(), if want_read => Wake::Io(r),
-                r = self.stream.writable(), if want_write => Wake::Io(r),
+            let wait = Wait {
+                phase,
+                timer: self.armed.is_some(),
+                paced,
+                sourcing: !self.sources.is_empty(),
+                read: want_read,
+                write: want_write,
             };
+            let mut waited = false;
+            let wake = std::future::poll_fn(|cx| {
+                let wake = self.poll_wake(cx, &wait);
+                waited |= wake.is_pending();
+                wake
+            })
+            .await;
+            if waited {
+                // The task gave its worker back: the fairness count starts again.
+                self.written_since_yield = 0;
+            }
             match wake {
                 Wake::Io(Err(e)) => return Ended::Io(e),
                 Wake::Io(Ok(())) => {
@@ -607,11 +700,48 @@ impl Conn {
                         p.waiting = false;
                     }
                 }
-                Wake::Phase(true) => {}
-                // The handle was dropped: stop at once.
-                Wake::Phase(false) => return Ended::Shutdown,
+                // Read again at the top of the loop.
+                Wake::Phase => {}
             }
         }
+    }
+
+    /// Polls what the connection waits for, in a fixed order: the phase, the timer and
+    /// the pacing timer first, so a socket that is always ready cannot keep the
+    /// connection's deadlines from firing; then the source tasks, then the socket. Each is
+    /// polled directly (`poll_read_ready`, `poll_join_next`, ...): no future is built and
+    /// dropped per wake, no random start drawn.
+    fn poll_wake(&mut self, cx: &mut Context<'_>, wait: &Wait) -> Poll<Wake> {
+        self.phase_slot.1.register(cx.waker());
+        if self.shared.phases.current() != wait.phase {
+            return Poll::Ready(Wake::Phase);
+        }
+        if wait.timer && self.sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Wake::Timer);
+        }
+        if wait.paced {
+            if let Some(p) = self.pace.as_mut() {
+                if p.sleep.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Wake::Paced);
+                }
+            }
+        }
+        if wait.sourcing {
+            if let Poll::Ready(joined) = self.sources.poll_join_next(cx) {
+                return Poll::Ready(Wake::Source(joined));
+            }
+        }
+        if wait.read {
+            if let Poll::Ready(r) = self.stream.poll_read_ready(cx) {
+                return Poll::Ready(Wake::Io(r));
+            }
+        }
+        if wait.write {
+            if let Poll::Ready(r) = self.stream.poll_write_ready(cx) {
+                return Poll::Ready(Wake::Io(r));
+            }
+        }
+        Poll::Pending
     }
 
     /// One read into the machine's window (the socket said it is readable).
@@ -964,6 +1094,7 @@ impl Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         self.close();
+        self.shared.phases.leave(self.phase_slot.0);
         self.shared.changed.notify_waiters();
     }
 }
