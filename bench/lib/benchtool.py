@@ -91,6 +91,24 @@ def serve_summary(args):
             if "p99_ms" in rs[0]:
                 per[s]["p99_ms"] = med_range([float(r["p99_ms"] or 0) for r in rs])
                 per[s]["timeouts"] = sum(int(r["timeouts"] or 0) for r in rs)
+            # CPU time per request (server and its children, /proc/PID/stat ticks).
+            if "user_ticks" in rs[0]:
+                def per_req_us(r, col):
+                    n = float(r["requests"] or 0)
+                    return float(r[col]) * 1e6 / float(r["clk_tck"]) / n if n else 0.0
+                per[s]["user_us_per_request"] = med_range([per_req_us(r, "user_ticks") for r in rs])
+                per[s]["sys_us_per_request"] = med_range([per_req_us(r, "sys_ticks") for r in rs])
+            # System calls per request (--syscalls), each the median over rounds.
+            if rs[0].get("syscalls", "-") not in ("-", ""):
+                counts = {}
+                for r in rs:
+                    n = float(r["requests"] or 0)
+                    for item in r["syscalls"].split(";"):
+                        name, _, count = item.partition(":")
+                        if n and count.strip().isdigit():
+                            counts.setdefault(name, []).append(int(count) / n)
+                per[s]["syscalls_per_request"] = {
+                    k: med_range(v) for k, v in sorted(counts.items())}
         ratios = {}
         rounds = sorted({int(r["round"]) for r in rows})
 
@@ -156,6 +174,13 @@ def serve_summary(args):
                 tail = f"{p50}p99 {fmt_mr(v['p99_ms'])} ms, timeouts {v['timeouts']}  "
             lines.append(f"  {s:<22} {fmt_mr(v['rps']):<28} "
                          f"{fmt_mr(v['body_bytes_per_s'], 1 << 20):<26} {tail}{copy}")
+            if "user_us_per_request" in v:
+                lines.append(f"  {'':<22} CPU per request: user {fmt_mr(v['user_us_per_request'])} us, "
+                             f"system {fmt_mr(v['sys_us_per_request'])} us")
+            if "syscalls_per_request" in v:
+                calls = ", ".join(f"{k} {m['median']:.3f}"
+                                  for k, m in v["syscalls_per_request"].items() if m["median"] > 0)
+                lines.append(f"  {'':<22} system calls per request (median): {calls}")
         for k, v in ratios.items():
             lines.append(f"  {k:<32} {v['median']:.2f}x [{v['min']:.2f}, {v['max']:.2f}]"
                          f"  (per-round ratios: "
