@@ -1,5 +1,5 @@
-//! `Membership`'s policy, epoch and check-planning rules (roster/table.rs), one rule per
-//! test: the rules mutation testing found no test for (docs/testing.md, roster/table.rs).
+//! `Membership`'s policy, epoch and check-planning rules (roster/table/), one rule per
+//! test: the rules mutation testing found no test for (docs/testing.md, roster/table/).
 
 use peerblock_core::roster::record::sign_epoch;
 use peerblock_core::roster::{
