@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use peerblock_core::server::{
     Admission, AdmissionConfig, RequestId, ServerConfig, ServerConnection, ServerEvent,
-    SourceResult,
+    ServerUsageError, SourceResult,
 };
 use peerblock_core::time::{Duration, Instant};
 use proptest::prelude::*;
@@ -45,7 +45,12 @@ const REQUESTS: [&[u8]; 6] = [
 struct Conn {
     machine: ServerConnection<u32>,
     pending: Vec<(RequestId, bool)>,
-    unacked: usize,
+    /// Whether each transmit handed out and not yet acknowledged ends the connection.
+    unacked: std::collections::VecDeque<bool>,
+    /// A connection-ending response was acknowledged: the requests queued behind it are
+    /// withdrawn, so an answer to an ask already polled is `Err(UnknownRequest)`
+    /// (documented at `handle_transmitted`), and no other error is allowed.
+    ended: bool,
 }
 
 proptest! {
@@ -79,7 +84,7 @@ proptest! {
                         // request with the 503.
                         prop_assert_eq!(before, (adm.sessions(), adm.requests(), adm.inflight_bytes()));
                     }
-                    conns.push(Conn { machine, pending: vec![], unacked: 0 });
+                    conns.push(Conn { machine, pending: vec![], unacked: Default::default(), ended: false });
                 }
                 Op::Input(i, k) => if let Some(c) = conns.get_mut(i % n_conns) {
                     let _ = c.machine.handle_input(now, REQUESTS[usize::from(k)]);
@@ -106,19 +111,37 @@ proptest! {
                                 2 => SourceResult::Failed,
                                 _ => SourceResult::UpstreamRefused { status: 403 },
                             };
-                            prop_assert!(c.machine.handle_source(now, &mut adm, id, result).is_ok());
+                            let answered = c.machine.handle_source(now, &mut adm, id, result);
+                            if c.ended {
+                                prop_assert!(
+                                    answered.is_ok() || answered == Err(ServerUsageError::UnknownRequest(id)),
+                                    "{answered:?}"
+                                );
+                            } else {
+                                prop_assert!(answered.is_ok(), "{answered:?}");
+                            }
                         } else {
-                            prop_assert!(c.machine.handle_roster(now, id, &roster).is_ok());
+                            let answered = c.machine.handle_roster(now, id, &roster);
+                            if c.ended {
+                                prop_assert!(
+                                    answered.is_ok() || answered == Err(ServerUsageError::UnknownRequest(id)),
+                                    "{answered:?}"
+                                );
+                            } else {
+                                prop_assert!(answered.is_ok(), "{answered:?}");
+                            }
                         }
                     }
                 }
                 Op::Write(i, ack) => if let Some(c) = conns.get_mut(i % n_conns) {
-                    if c.machine.poll_transmit(now).is_some() {
-                        c.unacked += 1;
+                    if let Some(tx) = c.machine.poll_transmit(now) {
+                        c.unacked.push_back(tx.close.ends_connection());
                     }
-                    if ack && c.unacked > 0 {
-                        c.unacked -= 1;
-                        c.machine.handle_transmitted(now, &mut adm);
+                    if ack {
+                        if let Some(ends) = c.unacked.pop_front() {
+                            c.machine.handle_transmitted(now, &mut adm);
+                            c.ended |= ends;
+                        }
                     }
                 }
                 Op::Wait(s) => {
