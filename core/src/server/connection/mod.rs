@@ -14,7 +14,7 @@ use crate::refusal::Refusal;
 use crate::roster::check_identity;
 use crate::roster::record::MAX_RECORD_HEADER_LEN;
 use crate::time::{Deadline, Instant};
-use crate::transmit::{Close, Transmit};
+use crate::transmit::{Close, External, Transmit};
 use crate::wire::Status;
 
 mod config;
@@ -63,12 +63,34 @@ struct Slot<S> {
     id: RequestId,
     ticket: Option<RequestTicket<S>>,
     kind: SlotKind,
-    ready: Option<Transmit>,
+    ready: Option<Ready>,
     /// The request asked to close the connection after its response.
     close_after: bool,
     /// When the application was asked (the [`ServerTimer::Source`] clock); `None` once
     /// answered or for a slot that asks nothing.
     asked_at: Option<Instant>,
+}
+
+/// A slot's answer, waiting for its turn in request order.
+#[derive(Debug)]
+enum Ready {
+    /// Framed already (refusals, errors, rosters).
+    Framed(Transmit),
+    /// A found block, framed only when it is handed out ([`ServerConnection::poll_transmit`]),
+    /// so the answer (taken under the driver's admission lock) does not encode the head.
+    Block {
+        len: u64,
+        body: Bytes,
+        close: bool,
+        load: Option<u32>,
+        external: Option<External>,
+    },
+}
+
+impl From<Transmit> for Ready {
+    fn from(transmit: Transmit) -> Ready {
+        Ready::Framed(transmit)
+    }
 }
 
 /// A decoded request waiting for admission, or the decoder's error in its place.
@@ -439,7 +461,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             id,
             ticket: None,
             kind: SlotKind::Fixed,
-            ready: Some(transmit),
+            ready: Some(transmit.into()),
             close_after: true,
             asked_at: None,
         });
@@ -586,7 +608,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             ticket: None,
             kind: SlotKind::Fixed,
             close_after: transmit.close.ends_connection(),
-            ready: Some(transmit),
+            ready: Some(transmit.into()),
             asked_at: None,
         });
     }
@@ -665,8 +687,10 @@ impl<S: Ord + Clone> ServerConnection<S> {
                         status: Status::NotFound.code(),
                         error: RequestRejection::Relay(decline),
                     });
-                    slot.ready =
-                        Some(self.frame(ResponseKind::NotFound, Bytes::new(), close, false, load));
+                    slot.ready = Some(
+                        self.frame(ResponseKind::NotFound, Bytes::new(), close, false, load)
+                            .into(),
+                    );
                 } else {
                     slot.asked_at = Some(now);
                     self.events.push_back(ServerEvent::Fetch {

@@ -44,7 +44,7 @@ impl<S: Ord + Clone> ServerConnection<S> {
             ticket: None,
             kind: SlotKind::Fixed,
             close_after: true,
-            ready: Some(transmit),
+            ready: Some(transmit.into()),
             asked_at: None,
         });
     }
@@ -174,24 +174,24 @@ impl<S: Ord + Clone> ServerConnection<S> {
             return Ok(());
         }
         let load = advertised_load(admission);
-        let mut transmit = self.frame(
-            ResponseKind::Block {
-                content_length: len,
+        // Framed when handed out: the driver holds its admission lock for this call.
+        self.set_ready(
+            id,
+            Ready::Block {
+                len,
+                body,
+                close,
+                load,
+                external,
             },
-            body,
-            close,
-            false,
-            load,
         );
-        transmit.external = external;
-        self.set_ready(id, transmit);
         Ok(())
     }
 
-    pub(super) fn set_ready(&mut self, id: RequestId, transmit: Transmit) {
+    pub(super) fn set_ready(&mut self, id: RequestId, ready: impl Into<Ready>) {
         if let Some(slot) = self.queue.iter_mut().find(|s| s.id == id) {
             slot.asked_at = None;
-            slot.ready = Some(transmit);
+            slot.ready = Some(ready.into());
         }
     }
 
@@ -247,7 +247,23 @@ impl<S: Ord + Clone> ServerConnection<S> {
             return None;
         }
         let mut slot = self.queue.pop_front()?;
-        let transmit = slot.ready.take()?;
+        let transmit = match slot.ready.take()? {
+            Ready::Framed(transmit) => transmit,
+            Ready::Block {
+                len,
+                body,
+                close,
+                load,
+                external,
+            } => {
+                let kind = ResponseKind::Block {
+                    content_length: len,
+                };
+                let mut transmit = self.frame(kind, body, close, false, load);
+                transmit.external = external;
+                transmit
+            }
+        };
         if self.unacked.is_empty() {
             self.send_since = Some(now);
         }
