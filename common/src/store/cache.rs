@@ -63,11 +63,17 @@ impl BlockCache {
 impl FileStore {
     /// Bytes of blocks held in the cache now.
     pub fn cached_bytes(&self) -> u64 {
-        self.lock_cache().bytes
+        self.read_cache().bytes
     }
 
-    pub(super) fn lock_cache(&self) -> std::sync::MutexGuard<'_, BlockCache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    /// The cache for a lookup: shared, so concurrent hits never wait for each other (a
+    /// FIFO cache's hit changes nothing).
+    fn read_cache(&self) -> std::sync::RwLockReadGuard<'_, BlockCache> {
+        self.cache.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn lock_cache(&self) -> std::sync::RwLockWriteGuard<'_, BlockCache> {
+        self.cache.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The cached copy of block `path`, if it is hot (no file access). A hit on a block
@@ -75,7 +81,7 @@ impl FileStore {
     /// what this node relayed, its in-memory copy).
     pub fn cached(&self, path: &BlockPath) -> Option<Bytes> {
         self.lookups.fetch_add(1, Ordering::Relaxed);
-        let hit = self.lock_cache().get(path);
+        let hit = self.read_cache().get(path);
         if hit.is_some() {
             // The relay cache's lock only when it holds anything (its byte gauge is an
             // atomic): a node that never relayed pays nothing on its hot path.

@@ -87,7 +87,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use peerblock_core::bytes::Bytes;
 use peerblock_core::server::{SourceResult, MAX_BLOCK_SIZE_FOR_DEFAULT_INDEX};
@@ -149,7 +149,7 @@ pub enum StoreError {
 pub struct FileStore {
     root: Arc<PathBuf>,
     max_block_size: u64,
-    cache: Arc<Mutex<BlockCache>>,
+    cache: Arc<RwLock<BlockCache>>,
     lookups: Arc<AtomicU64>,
     verify: Arc<Mutex<VerifyState>>,
     corrupt: Counter,
@@ -226,7 +226,7 @@ impl FileStore {
         FileStore {
             root: Arc::new(root.into()),
             max_block_size,
-            cache: Arc::new(Mutex::new(BlockCache {
+            cache: Arc::new(RwLock::new(BlockCache {
                 max_bytes: cache_bytes,
                 ..BlockCache::default()
             })),
