@@ -53,6 +53,9 @@ pub struct Metrics {
     pub sessions_open: Gauge<i64, AtomicI64>,
     /// Responses written, by status (a refusal's `503` included).
     pub requests: Family<StatusLabel, Counter>,
+    /// `requests`' `200` counter, found once: [`Metrics::response`] runs per request, and
+    /// a family lookup hashes the label and takes the family's lock.
+    ok_responses: std::sync::OnceLock<Counter>,
     /// Block body bytes written.
     pub bytes_served: Counter,
     /// Response body bytes handed to sockets and not yet written, node-wide.
@@ -141,6 +144,7 @@ impl Metrics {
             connections_refused: Family::default(),
             sessions_open: Gauge::default(),
             requests: Family::default(),
+            ok_responses: std::sync::OnceLock::new(),
             bytes_served: Counter::default(),
             inflight_bytes: Gauge::default(),
             breaker_open_peers: Gauge::default(),
@@ -388,6 +392,13 @@ impl Metrics {
 
     /// Counts one response written with `status`.
     pub fn response(&self, status: u16) {
+        if status == 200 {
+            let ok = self
+                .ok_responses
+                .get_or_init(|| self.requests.get_or_create(&StatusLabel { status }).clone());
+            ok.inc();
+            return;
+        }
         self.requests.get_or_create(&StatusLabel { status }).inc();
     }
 
@@ -438,5 +449,25 @@ mod tests {
         );
         assert!(text.contains("peerblock_get_seconds_count 1"), "{text}");
         assert!(text.contains("peerblock_sessions_open 0"), "{text}");
+    }
+
+    #[test]
+    fn responses_are_counted_by_status_across_clones() {
+        let m = Metrics::new();
+        // Cloned before any 200: both copies must still count into one series.
+        let clone = m.clone();
+        m.response(200);
+        clone.response(200);
+        m.response(200);
+        m.response(404);
+        let text = m.render();
+        assert!(
+            text.contains("peerblock_requests_total{status=\"200\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("peerblock_requests_total{status=\"404\"} 1"),
+            "{text}"
+        );
     }
 }
