@@ -620,8 +620,10 @@ impl Conn {
     }
 
     async fn run(&mut self) -> Ended {
+        // One clock read per wake: taken after every `.await`, used by everything the
+        // task does until the next one (a few microseconds of work, no waiting).
+        let mut now = self.shared.now();
         loop {
-            let now = self.shared.now();
             self.pump(now);
             if self.silenced {
                 return Ended::Io(io::Error::other(
@@ -674,6 +676,7 @@ impl Conn {
                 wake
             })
             .await;
+            now = self.shared.now();
             if waited {
                 // The task gave its worker back: the fairness count starts again.
                 self.written_since_yield = 0;
@@ -682,17 +685,16 @@ impl Conn {
                 Wake::Io(Err(e)) => return Ended::Io(e),
                 Wake::Io(Ok(())) => {
                     if want_read {
-                        if let Err(e) = self.read() {
+                        if let Err(e) = self.read(now) {
                             return Ended::Io(e);
                         }
                     }
                     // A writable socket is written at the top of the loop.
                 }
-                Wake::Source(Some(joined)) => self.on_source(joined),
+                Wake::Source(Some(joined)) => self.on_source(now, joined),
                 Wake::Source(None) => {}
                 Wake::Timer => {
                     self.armed = None;
-                    let now = self.shared.now();
                     self.machine.handle_timeout(now);
                 }
                 Wake::Paced => {
@@ -745,8 +747,7 @@ impl Conn {
     }
 
     /// One read into the machine's window (the socket said it is readable).
-    fn read(&mut self) -> io::Result<()> {
-        let now = self.shared.now();
+    fn read(&mut self, now: Instant) -> io::Result<()> {
         let Some(buf) = self.machine.read_buf() else {
             return Ok(());
         };
@@ -901,7 +902,7 @@ impl Conn {
     }
 
     /// A source task ended: its answer goes to the machine.
-    fn on_source(&mut self, joined: Result<(RequestId, SourceResult), JoinError>) {
+    fn on_source(&mut self, now: Instant, joined: Result<(RequestId, SourceResult), JoinError>) {
         let (id, result) = match joined {
             Ok(answer) => answer,
             Err(e) if e.is_cancelled() => return,
@@ -915,7 +916,6 @@ impl Conn {
             }
         };
         self.asks.retain(|(ask, _)| *ask != id);
-        let now = self.shared.now();
         self.answer(now, id, result);
     }
 
@@ -933,7 +933,7 @@ impl Conn {
     /// Writes the current transmit (vectored: head and body, the body never copied) as
     /// far as the socket takes it, acknowledging each one fully written and taking the
     /// next, until the socket would block or nothing is left.
-    fn write(&mut self, mut now: Instant) -> io::Result<()> {
+    fn write(&mut self, now: Instant) -> io::Result<()> {
         while let Some(out) = &mut self.out {
             if self.written_since_yield >= WRITE_BYTES_PER_TURN {
                 return Ok(()); // the caller yields, then writes on (rule: fair turns)
@@ -985,7 +985,6 @@ impl Conn {
             let Some(Outgoing { tx, .. }) = self.out.take() else {
                 break;
             };
-            now = now.max(self.shared.now());
             self.transmitted(now, tx)?;
             self.pump(now);
         }
