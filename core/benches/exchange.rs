@@ -1,6 +1,7 @@
 //! Exchange hot paths: the admission decision, encoding a refusal, a refused connection
 //! (accept, the peer's request head in, the 503 out), and one full exchange of a 256 KiB
-//! block through both machines (directly, and through the in-memory pair).
+//! block through both machines (directly, and through the in-memory pair), and the
+//! server's whole per-request work for a small block on a kept-alive connection.
 //!
 //! Run: `cargo bench -p peerblock-core --bench exchange -- --warm-up-time 1 --measurement-time 3`
 
@@ -286,5 +287,48 @@ fn full_exchange(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, admission, refusal, full_exchange);
+/// The server's work for one 4 KiB block GET on a kept-alive connection, as a socket
+/// driver does it (what `bench/serve-compare` loads with wrk): the request read straight
+/// into the machine's window, admission, the fetch event, the found block, the response
+/// handed out and acknowledged, the next timer asked for.
+fn served_request(c: &mut Criterion) {
+    let mut adm = Admission::<u32>::new(AdmissionConfig::default()).unwrap();
+    let config = Arc::new(ServerConfig::new(
+        "fc115e98b55d49fdd37bb5530c0591ea194776706efa19ea4e25c96210016847",
+        "127.0.0.1:7070",
+    ));
+    let mut conn = ServerConnection::accept(Instant::ZERO, &mut adm, 1, config).unwrap();
+    // What wrk sends.
+    let head = format!("GET {} HTTP/1.1\r\nHost: 127.0.0.1:7070\r\n\r\n", path());
+    let block = Bytes::from(vec![7u8; 4096]);
+    c.bench_function("served_request_4k", |b| {
+        b.iter(|| {
+            let window = conn.read_buf().expect("room for a request");
+            window[..head.len()].copy_from_slice(head.as_bytes());
+            conn.handle_read(Instant::ZERO, head.len());
+            if conn.needs_admission() {
+                conn.handle_admission(Instant::ZERO, &mut adm);
+            }
+            let Some(ServerEvent::Fetch { id, request }) = conn.poll_event() else {
+                unreachable!()
+            };
+            black_box(&request);
+            conn.handle_source(
+                Instant::ZERO,
+                &mut adm,
+                id,
+                SourceResult::Found(block.clone()),
+            )
+            .unwrap();
+            let t = conn.poll_transmit(Instant::ZERO).unwrap();
+            let len = t.head.len() + t.body.len();
+            drop(t);
+            conn.handle_transmitted(Instant::ZERO, &mut adm);
+            black_box(conn.poll_timeout());
+            black_box(len)
+        })
+    });
+}
+
+criterion_group!(benches, admission, refusal, full_exchange, served_request);
 criterion_main!(benches);
