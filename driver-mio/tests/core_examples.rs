@@ -234,6 +234,7 @@ rules!(server_rules, CoreExamples;
     a_bad_hop_is_400_and_the_source_is_never_invoked,
     a_block_file_above_the_max_block_size_is_500_on_every_request,
     pipelined_requests_then_half_close_get_every_response_in_order,
+    a_request_and_fin_in_one_segment_are_answered_then_closed,
     many_concurrent_clients_all_get_exact_bytes,
     large_blocks_are_served_in_turn_no_connection_waits_beyond_its_fair_share,
     a_source_at_its_quota_is_refused_while_another_source_is_admitted,

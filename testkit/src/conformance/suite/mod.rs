@@ -83,6 +83,7 @@ macro_rules! conformance_suite {
             a_block_file_above_the_max_block_size_is_500_on_every_request,
             a_rotten_block_is_quarantined_and_answered_404_corrupt_while_the_others_are_served,
             pipelined_requests_then_half_close_get_every_response_in_order,
+            a_request_and_fin_in_one_segment_are_answered_then_closed,
             many_concurrent_clients_all_get_exact_bytes,
             large_blocks_are_served_in_turn_no_connection_waits_beyond_its_fair_share,
             a_full_node_refuses_the_third_connection_with_503_and_retry_after,

@@ -212,6 +212,40 @@ pub fn pipelined_requests_then_half_close_get_every_response_in_order(d: &dyn Dr
     server.shutdown(Duration::from_secs(1));
 }
 
+/// A request and the client's FIN in one segment (the client corks its socket, writes
+/// the request and half-closes, so the kernel sends both together): the server answers,
+/// then sees the end of input and closes, long before its idle timeout. A driver that
+/// stops reading after a short read (the receive queue was empty) must still read on to
+/// the FIN that came with the bytes: no later readiness event will announce it.
+pub fn a_request_and_fin_in_one_segment_are_answered_then_closed(d: &dyn Driver) {
+    let p = path(15, 0);
+    let block = block_for(&p, 1000);
+    let (_dir, store) = store_with("fin-with-request", &[(p, block.clone())]);
+    let server = node(d, &store, |s| {
+        s.config.idle_timeout = Duration::from_secs(600);
+    });
+    let mut c = Raw::connect(server.addr());
+    // Accepted and registered first, so the bytes and the FIN raise one readiness event
+    // of their own (not the one a registration reports for what is already queued).
+    sessions_become(&*server, 1);
+    let socket = socket2::SockRef::from(&c.stream);
+    socket.set_tcp_cork(true).expect("TCP_CORK on");
+    c.send(get_head(&p).as_bytes());
+    // The FIN joins the corked request in the send queue and pushes both out at once.
+    c.stream.shutdown(Shutdown::Write).expect("half-close");
+    let r = c.response();
+    assert_eq!((r.status(), &r.body[..]), (200, &block[..]));
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("read timeout");
+    assert!(
+        c.closed_by_server(),
+        "the server closes once it has answered the half-closed connection"
+    );
+    sessions_become(&*server, 0);
+    server.shutdown(Duration::from_secs(1));
+}
+
 /// 64 clients, 20 requests each, on one connection each: every body byte-exact.
 pub fn many_concurrent_clients_all_get_exact_bytes(d: &dyn Driver) {
     const CLIENTS: usize = 64;
