@@ -43,9 +43,6 @@ pub(crate) struct ServerConn {
     /// Relayed fetches in flight: (request, the client request's handle).
     pub(super) pending: Vec<(RequestId, u64)>,
     pub(super) readable: bool,
-    /// The socket reported its read side closed (or an error): read on until the EOF or
-    /// the error shows, even after a short read (see [`ServerConn::turn`]).
-    pub(super) read_closed: bool,
     pub(super) writable: bool,
     pub(super) eof: bool,
     pub(super) closed: bool,
@@ -65,7 +62,6 @@ impl ServerConn {
     /// A readiness event (or a wake-up with none: a phase change, a source answer).
     pub(crate) fn drive(&mut self, w: &mut Worker, key: Key, ready: Ready) -> After {
         self.readable |= ready.readable;
-        self.read_closed |= ready.closed;
         self.writable |= ready.writable;
         match self.turn(w, key) {
             Turn::End => {
@@ -129,21 +125,12 @@ impl ServerConn {
             }
             reads -= 1;
             let now = w.now();
-            let len = buf.len();
             match self.stream.read(buf) {
                 Ok(0) => {
                     self.eof = true;
                     self.machine.handle_eof(now);
                 }
                 Ok(n) => {
-                    // A short read emptied the socket's receive queue: the next bytes
-                    // raise a readiness event of their own (edge-triggered), so asking
-                    // again now would only be told "would block" (one `recv` per
-                    // request instead of two). A FIN queued behind the bytes has raised
-                    // its event already (`read_closed`): keep reading to see it.
-                    if n < len && !self.read_closed {
-                        self.readable = false;
-                    }
                     self.machine.handle_read(now, n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.readable = false,

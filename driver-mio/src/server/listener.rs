@@ -119,7 +119,6 @@ fn on_accept(w: &mut Worker, shared: &Arc<Shared>, stream: TcpStream, peer: Sock
         files: HashMap::new(),
         pending: Vec::new(),
         readable: true,
-        read_closed: false,
         writable: true,
         eof: false,
         closed: false,
