@@ -78,13 +78,18 @@ enum Ready {
     Framed(Transmit),
     /// A found block, framed only when it is handed out ([`ServerConnection::poll_transmit`]),
     /// so the answer (taken under the driver's admission lock) does not encode the head.
-    Block {
-        len: u64,
-        body: Bytes,
-        close: bool,
-        load: Option<u32>,
-        external: Option<External>,
-    },
+    Block(FoundBlock),
+}
+
+/// What framing a found block's response needs, kept from the answer.
+#[derive(Debug)]
+struct FoundBlock {
+    len: u64,
+    body: Bytes,
+    close: bool,
+    /// The advertised load at answer time.
+    load: Option<u32>,
+    external: Option<External>,
 }
 
 impl From<Transmit> for Ready {

@@ -175,16 +175,14 @@ impl<S: Ord + Clone> ServerConnection<S> {
         }
         let load = advertised_load(admission);
         // Framed when handed out: the driver holds its admission lock for this call.
-        self.set_ready(
-            id,
-            Ready::Block {
-                len,
-                body,
-                close,
-                load,
-                external,
-            },
-        );
+        let found = FoundBlock {
+            len,
+            body,
+            close,
+            load,
+            external,
+        };
+        self.set_ready(id, Ready::Block(found));
         Ok(())
     }
 
@@ -249,18 +247,12 @@ impl<S: Ord + Clone> ServerConnection<S> {
         let mut slot = self.queue.pop_front()?;
         let transmit = match slot.ready.take()? {
             Ready::Framed(transmit) => transmit,
-            Ready::Block {
-                len,
-                body,
-                close,
-                load,
-                external,
-            } => {
+            Ready::Block(found) => {
                 let kind = ResponseKind::Block {
-                    content_length: len,
+                    content_length: found.len,
                 };
-                let mut transmit = self.frame(kind, body, close, false, load);
-                transmit.external = external;
+                let mut transmit = self.frame(kind, found.body, found.close, false, found.load);
+                transmit.external = found.external;
                 transmit
             }
         };
